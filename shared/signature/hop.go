@@ -1,0 +1,129 @@
+package signature
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/edgehook/edgehook/shared/wire"
+)
+
+// Hop is everything the edge acts on, covered by the hop signature together with the body.
+type Hop struct {
+	DeliveryID   string
+	SubscriberID string
+	EventType    string
+	CoalesceKey  string // empty when the event is not coalescible
+	Attempt      int
+	Timestamp    int64 // unix seconds
+}
+
+// hopVersion starts the canonical string so a future format cannot be confused with this one.
+const hopVersion = "edgehook-hop-v1"
+
+// Validate checks every field; the canonical form relies on none containing a newline.
+func (h *Hop) Validate() error {
+	if err := wire.ValidateID(h.DeliveryID); err != nil {
+		return fmt.Errorf("delivery id: %w", err)
+	}
+	if err := wire.ValidateID(h.SubscriberID); err != nil {
+		return fmt.Errorf("subscriber id: %w", err)
+	}
+	if err := wire.ValidateEventType(h.EventType); err != nil {
+		return err
+	}
+	if err := wire.ValidateCoalesceKey(h.CoalesceKey); err != nil {
+		return err
+	}
+	if h.Attempt < 1 {
+		return fmt.Errorf("attempt %d must be at least 1", h.Attempt)
+	}
+	return nil
+}
+
+// canonical returns the signed prefix:
+//
+//	edgehook-hop-v1 \n delivery id \n subscriber id \n event type \n coalesce key \n attempt \n timestamp \n
+//
+// (no spaces), followed by the raw body.
+func (h *Hop) canonical() []byte {
+	return []byte(strings.Join([]string{
+		hopVersion, h.DeliveryID, h.SubscriberID, h.EventType, h.CoalesceKey,
+		strconv.Itoa(h.Attempt), strconv.FormatInt(h.Timestamp, 10), "",
+	}, "\n"))
+}
+
+// SignHop returns the Edgehook-Signature value: one "v1,<base64>" per edge secret, space-separated.
+func SignHop(secrets []Secret, h *Hop, body []byte) string {
+	prefix := h.canonical()
+	sigs := make([]string, len(secrets))
+	for i, s := range secrets {
+		sigs[i] = versionPrefix + encode(mac(s.key, prefix, body))
+	}
+	return strings.Join(sigs, " ")
+}
+
+// VerifyHop checks the hop fields, the timestamp against now within tolerance, and that sigHeader
+// holds a signature by one of the edge secrets, in constant time.
+func VerifyHop(secrets []Secret, h *Hop, sigHeader string, body []byte, now time.Time, tolerance time.Duration) error {
+	if sigHeader == "" {
+		return ErrMissing
+	}
+	if err := h.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if err := checkTimestamp(strconv.FormatInt(h.Timestamp, 10), now, tolerance); err != nil {
+		return err
+	}
+	prefix := h.canonical()
+	return matchAny(sigHeader, secrets, func(key []byte) []byte { return mac(key, prefix, body) })
+}
+
+// HeaderGetter is satisfied by net/http.Header and by the edge's own header maps.
+type HeaderGetter interface{ Get(key string) string }
+
+// HeaderSetter is satisfied by net/http.Header and by the edge's own header maps.
+type HeaderSetter interface{ Set(key, value string) }
+
+// SetHopHeaders writes the hop fields and their signature as headers.
+func SetHopHeaders(dst HeaderSetter, secrets []Secret, h *Hop, body []byte) {
+	dst.Set(wire.HeaderDeliveryID, h.DeliveryID)
+	dst.Set(wire.HeaderSubscriberID, h.SubscriberID)
+	dst.Set(wire.HeaderEventType, h.EventType)
+	if h.CoalesceKey != "" {
+		dst.Set(wire.HeaderCoalesceKey, h.CoalesceKey)
+	}
+	dst.Set(wire.HeaderAttempt, strconv.Itoa(h.Attempt))
+	dst.Set(wire.HeaderHopTimestamp, strconv.FormatInt(h.Timestamp, 10))
+	dst.Set(wire.HeaderHopSignature, SignHop(secrets, h, body))
+}
+
+// ParseHopHeaders reads the hop fields and the signature. A missing required header is ErrMissing
+// naming it; an unparsable number is ErrMalformed.
+func ParseHopHeaders(src HeaderGetter) (h *Hop, sigHeader string, err error) {
+	h = &Hop{
+		DeliveryID:   src.Get(wire.HeaderDeliveryID),
+		SubscriberID: src.Get(wire.HeaderSubscriberID),
+		EventType:    src.Get(wire.HeaderEventType),
+		CoalesceKey:  src.Get(wire.HeaderCoalesceKey),
+	}
+	attempt, ts := src.Get(wire.HeaderAttempt), src.Get(wire.HeaderHopTimestamp)
+	sigHeader = src.Get(wire.HeaderHopSignature)
+	for _, f := range [][2]string{
+		{wire.HeaderDeliveryID, h.DeliveryID}, {wire.HeaderSubscriberID, h.SubscriberID},
+		{wire.HeaderEventType, h.EventType}, {wire.HeaderAttempt, attempt},
+		{wire.HeaderHopTimestamp, ts}, {wire.HeaderHopSignature, sigHeader},
+	} {
+		if f[1] == "" {
+			return nil, "", fmt.Errorf("%w: %s", ErrMissing, f[0])
+		}
+	}
+	if h.Attempt, err = strconv.Atoi(attempt); err != nil {
+		return nil, "", fmt.Errorf("%w: %s %q is not an integer", ErrMalformed, wire.HeaderAttempt, attempt)
+	}
+	if h.Timestamp, err = strconv.ParseInt(ts, 10, 64); err != nil {
+		return nil, "", fmt.Errorf("%w: %s %q is not unix seconds", ErrMalformed, wire.HeaderHopTimestamp, ts)
+	}
+	return h, sigHeader, nil
+}

@@ -1,0 +1,269 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// KV key naming. The SUBSCRIBERS namespace holds SubscriberKey records; the DEDUP namespace holds
+// DedupKey marks (written only after a 2xx) and CoalesceKey marks.
+const (
+	subscriberKeyPrefix = "sub:"
+	dedupKeyPrefix      = "d:"
+	coalesceKeyPrefix   = "c:"
+)
+
+// SubscriberKey is the KV key of a subscriber's record.
+func SubscriberKey(subscriberID string) string { return subscriberKeyPrefix + subscriberID }
+
+// SubscriberIDFromKey returns the subscriber id of a SubscriberKey, or false.
+func SubscriberIDFromKey(key string) (string, bool) {
+	return strings.CutPrefix(key, subscriberKeyPrefix)
+}
+
+// DedupKey is the KV key marking a delivery as forwarded and acknowledged with a 2xx.
+func DedupKey(deliveryID string) string { return dedupKeyPrefix + deliveryID }
+
+// CoalesceKey is the KV key marking that a coalesce key was forwarded to a subscriber; its value is
+// the forward time in unix milliseconds.
+func CoalesceKey(subscriberID, coalesceKey string) string {
+	return coalesceKeyPrefix + subscriberID + ":" + coalesceKey
+}
+
+// Bounds of a SubscriberRecord.
+const (
+	MinTimeout        = 100 * time.Millisecond
+	MaxTimeout        = 60 * time.Second
+	DefaultTimeout    = 8 * time.Second
+	MinCoalesceWindow = time.Second
+	MaxCoalesceWindow = 24 * time.Hour
+	MaxRecordBytes    = 64 << 10
+)
+
+// SubscriberRecord is the edge's view of a subscriber, stored as JSON under SubscriberKey. The
+// destination URL comes only from here: the edge is never an open relay.
+type SubscriberRecord struct {
+	URL       string            `json:"url"`
+	TimeoutMS int64             `json:"timeout_ms"`
+	Headers   map[string]string `json:"headers,omitempty"`
+	Coalesce  *CoalesceRule     `json:"coalesce,omitempty"`
+	Active    bool              `json:"active"`
+}
+
+// CoalesceRule makes some event types coalescible: per value of the payload field Key, at most one
+// forward per Window; a newer event supersedes an older undelivered one.
+type CoalesceRule struct {
+	EventTypes    []string `json:"event_types"`
+	Key           string   `json:"key"`
+	WindowSeconds int64    `json:"window_seconds"`
+}
+
+// Timeout returns the record's upstream timeout.
+func (r *SubscriberRecord) Timeout() time.Duration {
+	return time.Duration(r.TimeoutMS) * time.Millisecond
+}
+
+// Window returns the coalescing window.
+func (c *CoalesceRule) Window() time.Duration { return time.Duration(c.WindowSeconds) * time.Second }
+
+// Applies reports whether events of type eventType are coalescible under this rule.
+func (c *CoalesceRule) Applies(eventType string) bool {
+	for _, s := range c.EventTypes {
+		if Pattern(s).Match(eventType) {
+			return true
+		}
+	}
+	return false
+}
+
+// FieldError names the field of a record or request that is wrong.
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Err.Error() }
+func (e *FieldError) Unwrap() error { return e.Err }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Err: fmt.Errorf(format, args...)}
+}
+
+// Validate checks every field and returns a *FieldError naming the first that is wrong.
+func (r *SubscriberRecord) Validate() error {
+	if err := ValidateURL(r.URL); err != nil {
+		return &FieldError{Field: "url", Err: err}
+	}
+	if t := r.Timeout(); t < MinTimeout || t > MaxTimeout {
+		return fieldErr("timeout_ms", "%d is outside [%d, %d]", r.TimeoutMS, MinTimeout.Milliseconds(), MaxTimeout.Milliseconds())
+	}
+	for name, value := range r.Headers {
+		if err := ValidateHeader(name, value); err != nil {
+			return &FieldError{Field: "headers." + name, Err: err}
+		}
+	}
+	if c := r.Coalesce; c != nil {
+		if len(c.EventTypes) == 0 {
+			return fieldErr("coalesce.event_types", "at least one event type or pattern is required")
+		}
+		for i, s := range c.EventTypes {
+			if _, err := ParsePattern(s); err != nil {
+				return &FieldError{Field: fmt.Sprintf("coalesce.event_types[%d]", i), Err: err}
+			}
+		}
+		if c.Key == "" {
+			return fieldErr("coalesce.key", "the payload field to coalesce on is required")
+		}
+		if err := ValidateCoalesceKey(c.Key); err != nil {
+			return &FieldError{Field: "coalesce.key", Err: err}
+		}
+		if w := c.Window(); w < MinCoalesceWindow || w > MaxCoalesceWindow {
+			return fieldErr("coalesce.window_seconds", "%d is outside [1, %d]", c.WindowSeconds, int64(MaxCoalesceWindow/time.Second))
+		}
+	}
+	return nil
+}
+
+// DecodeSubscriberRecord strictly decodes and validates a record: unknown fields, trailing data and
+// a missing "url", "timeout_ms" or "active" are errors that name the field.
+func DecodeSubscriberRecord(data []byte) (*SubscriberRecord, error) {
+	if len(data) > MaxRecordBytes {
+		return nil, fmt.Errorf("subscriber record is %d bytes, the maximum is %d", len(data), MaxRecordBytes)
+	}
+	var raw struct {
+		URL       *string           `json:"url"`
+		TimeoutMS *int64            `json:"timeout_ms"`
+		Headers   map[string]string `json:"headers"`
+		Coalesce  *CoalesceRule     `json:"coalesce"`
+		Active    *bool             `json:"active"`
+	}
+	if err := decodeStrict(data, &raw); err != nil {
+		return nil, fmt.Errorf("subscriber record: %w", err)
+	}
+	switch {
+	case raw.URL == nil:
+		return nil, fieldErr("url", "is required")
+	case raw.TimeoutMS == nil:
+		return nil, fieldErr("timeout_ms", "is required")
+	case raw.Active == nil:
+		return nil, fieldErr("active", "is required")
+	}
+	r := &SubscriberRecord{URL: *raw.URL, TimeoutMS: *raw.TimeoutMS, Headers: raw.Headers, Coalesce: raw.Coalesce, Active: *raw.Active}
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// decodeStrict decodes exactly one JSON value into v, rejecting unknown fields and trailing data.
+func decodeStrict(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("unexpected data after the JSON value")
+	}
+	return nil
+}
+
+// ValidateURL accepts absolute http and https URLs with a host and no user info or fragment.
+func ValidateURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a URL: %w", s, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("%q must be an absolute http or https URL", s)
+	}
+	if u.Host == "" || u.Hostname() == "" {
+		return fmt.Errorf("%q has no host", s)
+	}
+	if u.User != nil {
+		return fmt.Errorf("%q must not carry credentials; use headers", s)
+	}
+	if u.Fragment != "" {
+		return fmt.Errorf("%q must not have a fragment", s)
+	}
+	return nil
+}
+
+// ValidateHeader checks a custom header: a token name (RFC 9110) that is not a hop or signature
+// header, and a value without CR, LF or NUL.
+func ValidateHeader(name, value string) error {
+	if name == "" {
+		return errors.New("header name is empty")
+	}
+	for i := 0; i < len(name); i++ {
+		if !isTokenChar(name[i]) {
+			return fmt.Errorf("header name %q contains byte 0x%02x", name, name[i])
+		}
+	}
+	lower := strings.ToLower(name)
+	if strings.HasPrefix(lower, "edgehook-") || strings.HasPrefix(lower, "webhook-") {
+		return fmt.Errorf("header name %q is reserved", name)
+	}
+	for i := 0; i < len(value); i++ {
+		if c := value[i]; c == '\r' || c == '\n' || c == 0 {
+			return fmt.Errorf("header %q value contains CR, LF or NUL", name)
+		}
+	}
+	return nil
+}
+
+func isTokenChar(c byte) bool {
+	return isNameChar(c) || strings.IndexByte("!#$%&'*+.^`|~", c) >= 0
+}
+
+// BulkEntry is one element of the JSON array that `wrangler kv bulk put` reads.
+type BulkEntry struct {
+	Key           string `json:"key"`
+	Value         string `json:"value"`
+	ExpirationTTL int64  `json:"expiration_ttl,omitempty"`
+}
+
+// EncodeBulk renders entries as the file `wrangler kv bulk put` reads.
+func EncodeBulk(entries []BulkEntry) ([]byte, error) {
+	if entries == nil {
+		entries = []BulkEntry{}
+	}
+	return json.MarshalIndent(entries, "", "  ")
+}
+
+// DecodeBulk reads a `wrangler kv bulk put` file strictly.
+func DecodeBulk(data []byte) ([]BulkEntry, error) {
+	var entries []BulkEntry
+	if err := decodeStrict(data, &entries); err != nil {
+		return nil, fmt.Errorf("kv bulk file: %w", err)
+	}
+	for i, e := range entries {
+		if e.Key == "" {
+			return nil, fmt.Errorf("kv bulk file: [%d].key is empty", i)
+		}
+		if e.ExpirationTTL != 0 && e.ExpirationTTL < 60 {
+			return nil, fmt.Errorf("kv bulk file: [%d].expiration_ttl %d is below KV's minimum of 60", i, e.ExpirationTTL)
+		}
+	}
+	return entries, nil
+}
+
+// SubscriberEntry renders a record as a bulk entry under its SubscriberKey.
+func SubscriberEntry(subscriberID string, r *SubscriberRecord) (BulkEntry, error) {
+	if err := ValidateID(subscriberID); err != nil {
+		return BulkEntry{}, err
+	}
+	if err := r.Validate(); err != nil {
+		return BulkEntry{}, err
+	}
+	v, err := json.Marshal(r)
+	if err != nil {
+		return BulkEntry{}, err
+	}
+	return BulkEntry{Key: SubscriberKey(subscriberID), Value: string(v)}, nil
+}

@@ -1,0 +1,63 @@
+package wire
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Outcome is the value of the Edgehook-Outcome header: what the edge did with a request.
+type Outcome string
+
+// The edge outcomes. A rejection carries a reason after the colon: Rejected("bad_signature").
+const (
+	OutcomeForwarded           Outcome = "forwarded"
+	OutcomeDuplicate           Outcome = "duplicate"
+	OutcomeCoalesced           Outcome = "coalesced"
+	OutcomeUpstreamTimeout     Outcome = "upstream_timeout"
+	OutcomeUpstreamUnreachable Outcome = "upstream_unreachable"
+	rejectedPrefix                     = "rejected:"
+)
+
+// Rejection reasons used by the edge.
+const (
+	ReasonMethod            = "method_not_allowed"
+	ReasonBodyTooLarge      = "body_too_large"
+	ReasonMissingHeader     = "missing_header"
+	ReasonMalformedHeader   = "malformed_header"
+	ReasonStaleTimestamp    = "stale_timestamp"
+	ReasonBadSignature      = "bad_signature"
+	ReasonUnknownSubscriber = "unknown_subscriber"
+	ReasonBadRecord         = "bad_record"
+	ReasonMisconfigured     = "misconfigured"
+)
+
+// Rejected returns the outcome for an edge-side rejection with the given reason.
+func Rejected(reason string) Outcome { return Outcome(rejectedPrefix + reason) }
+
+// IsRejected reports whether o is an edge-side rejection and returns its reason.
+func (o Outcome) IsRejected() (reason string, ok bool) {
+	return strings.CutPrefix(string(o), rejectedPrefix)
+}
+
+// ParseOutcome validates a received Edgehook-Outcome header value.
+func ParseOutcome(s string) (Outcome, error) {
+	switch o := Outcome(s); o {
+	case OutcomeForwarded, OutcomeDuplicate, OutcomeCoalesced, OutcomeUpstreamTimeout, OutcomeUpstreamUnreachable:
+		return o, nil
+	}
+	if reason, ok := Outcome(s).IsRejected(); ok && reason != "" && isToken(reason) {
+		return Outcome(s), nil
+	}
+	return "", fmt.Errorf("wire: unknown edge outcome %q", s)
+}
+
+// isToken reports whether s is a non-empty run of lower-case letters, digits and underscores.
+func isToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return s != ""
+}

@@ -1,0 +1,70 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MaxRetryAfter is the largest Retry-After accepted as meaningful; anything longer is treated as
+// garbage. Callers apply their own, smaller cap (the origin's default is one hour).
+const MaxRetryAfter = 7 * 24 * time.Hour
+
+// ErrRetryAfter is wrapped by every ParseRetryAfter error; the message gives the reason.
+var ErrRetryAfter = errors.New("ignored Retry-After")
+
+// ParseRetryAfter parses a Retry-After value in either form of RFC 9110: delta-seconds ("120") or an
+// HTTP-date ("Wed, 21 Oct 2015 07:28:00 GMT"). A date in the past yields zero. Empty, malformed,
+// negative and absurd (over MaxRetryAfter) values return an error wrapping ErrRetryAfter that says why;
+// the caller then falls back to its own backoff.
+func ParseRetryAfter(v string, now time.Time) (time.Duration, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, fmt.Errorf("%w: empty", ErrRetryAfter)
+	}
+	if c := v[0]; c >= '0' && c <= '9' || c == '-' || c == '+' {
+		n, err := strconv.ParseInt(v, 10, 64)
+		switch {
+		case err != nil && errors.Is(err, strconv.ErrRange):
+			return 0, fmt.Errorf("%w: %q is out of range", ErrRetryAfter, v)
+		case err != nil || c == '+':
+			return 0, fmt.Errorf("%w: %q is neither delta-seconds nor an HTTP-date", ErrRetryAfter, v)
+		case n < 0:
+			return 0, fmt.Errorf("%w: %q is negative", ErrRetryAfter, v)
+		case n > int64(MaxRetryAfter/time.Second):
+			return 0, fmt.Errorf("%w: %q seconds is more than %s", ErrRetryAfter, v, MaxRetryAfter)
+		}
+		return time.Duration(n) * time.Second, nil
+	}
+	t, err := parseHTTPDate(v)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %q is neither delta-seconds nor an HTTP-date", ErrRetryAfter, v)
+	}
+	d := t.Sub(now)
+	if d < 0 {
+		return 0, nil
+	}
+	if d > MaxRetryAfter {
+		return 0, fmt.Errorf("%w: %q is more than %s away", ErrRetryAfter, v, MaxRetryAfter)
+	}
+	return d.Round(time.Second), nil
+}
+
+// httpDateFormats are the three HTTP-date forms of RFC 9110 §5.6.7 (the same as net/http.ParseTime,
+// written out so this package does not pull net/http into the WASM builds).
+var httpDateFormats = []string{
+	"Mon, 02 Jan 2006 15:04:05 GMT",
+	time.RFC850,
+	time.ANSIC,
+}
+
+func parseHTTPDate(v string) (t time.Time, err error) {
+	for _, layout := range httpDateFormats {
+		if t, err = time.Parse(layout, v); err == nil {
+			return t, nil
+		}
+	}
+	return t, err
+}

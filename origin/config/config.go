@@ -1,0 +1,166 @@
+// Package config resolves the settings of an edgehook command from three sources in order of
+// precedence: command-line flags, then EDGEHOOK_* environment variables, then an optional JSON config
+// file; a setting given nowhere keeps its flag's default.
+//
+// Every setting is a pflag flag, so the three sources share one parser and one set of defaults: a
+// value from the environment or the file is fed to the flag's own Set method, and a bad value is
+// reported with the flag, the variable or the file key that carried it.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/pflag"
+)
+
+// EnvPrefix starts the name of every environment variable edgehook reads.
+const EnvPrefix = "EDGEHOOK_"
+
+// annotation marks a flag as a setting that the environment and the config file may provide.
+// Command arguments such as `emit --type` are not settings and keep this mark off.
+const annotation = "edgehook.setting"
+
+// MaxFileBytes bounds a config file; anything larger is a mistake (a wrong path).
+const MaxFileBytes = 1 << 20
+
+// Mark declares the named flags of fs as settings. It panics on an unknown name: that is a
+// programming error caught by any run of the command.
+func Mark(fs *pflag.FlagSet, names ...string) {
+	for _, name := range names {
+		if err := fs.SetAnnotation(name, annotation, []string{"true"}); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// IsSetting reports whether f was declared a setting with Mark.
+func IsSetting(f *pflag.Flag) bool {
+	_, ok := f.Annotations[annotation]
+	return ok
+}
+
+// EnvName returns the environment variable of a setting: "body-limit" → "EDGEHOOK_BODY_LIMIT".
+func EnvName(flag string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// FileKey returns the config file key of a setting: "body-limit" → "body_limit".
+func FileKey(flag string) string { return strings.ReplaceAll(flag, "-", "_") }
+
+// File is a parsed config file: setting keys (FileKey form) to values in flag syntax.
+type File map[string]string
+
+// ParseFile strictly parses a config file: one JSON object whose keys are known settings (known
+// reports that) and whose values are strings, numbers, booleans or arrays of strings (joined with
+// commas, as a list flag reads them). Unknown keys, other value types and trailing data are errors
+// that name the key.
+func ParseFile(data []byte, known func(key string) bool) (File, error) {
+	if len(data) > MaxFileBytes {
+		return nil, fmt.Errorf("is %d bytes, the maximum is %d", len(data), MaxFileBytes)
+	}
+	var raw map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&raw); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("unexpected data after the JSON object")
+	}
+	if raw == nil {
+		return nil, errors.New("not a JSON object: null")
+	}
+	f := make(File, len(raw))
+	for _, key := range sortedKeys(raw) {
+		if !known(key) {
+			return nil, fmt.Errorf("%q: unknown setting", key)
+		}
+		v, err := fileValue(raw[key])
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w", key, err)
+		}
+		f[key] = v
+	}
+	return f, nil
+}
+
+func sortedKeys(m map[string]json.RawMessage) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// fileValue renders one JSON value in flag syntax.
+func fileValue(raw json.RawMessage) (string, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return "", err
+	}
+	switch v := v.(type) {
+	case string:
+		return v, nil
+	case json.Number:
+		return v.String(), nil
+	case bool:
+		return strconv.FormatBool(v), nil
+	case []any:
+		parts := make([]string, len(v))
+		for i, e := range v {
+			s, ok := e.(string)
+			if !ok || strings.Contains(s, ",") {
+				return "", fmt.Errorf("[%d] must be a string without commas", i)
+			}
+			parts[i] = s
+		}
+		return strings.Join(parts, ","), nil
+	}
+	return "", errors.New("must be a string, a number, a boolean or an array of strings")
+}
+
+// ReadFile reads and parses the config file at path (see ParseFile). Errors name the file.
+func ReadFile(path string, known func(key string) bool) (File, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config file: %w", err)
+	}
+	f, err := ParseFile(data, known)
+	if err != nil {
+		return nil, fmt.Errorf("config file %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// Apply sets every setting of fs that the command line left alone from the environment (looked up
+// with lookup, normally os.LookupEnv) or else from file (which may be nil). The error names the
+// variable or the file key and the flag it feeds.
+func Apply(fs *pflag.FlagSet, lookup func(string) (string, bool), file File, fileName string) error {
+	var err error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if err != nil || f.Changed || !IsSetting(f) {
+			return
+		}
+		if v, ok := lookup(EnvName(f.Name)); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("invalid value %q for %s (--%s): %v", v, EnvName(f.Name), f.Name, e)
+			}
+			return
+		}
+		if v, ok := file[FileKey(f.Name)]; ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("config file %s: invalid value %q for %q (--%s): %v", fileName, v, FileKey(f.Name), f.Name, e)
+			}
+		}
+	})
+	return err
+}

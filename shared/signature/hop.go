@@ -100,7 +100,8 @@ func SetHopHeaders(dst HeaderSetter, secrets []Secret, h *Hop, body []byte) {
 }
 
 // ParseHopHeaders reads the hop fields and the signature. A missing required header is ErrMissing
-// naming it; an unparsable number is ErrMalformed.
+// naming it; a number not in the canonical decimal form SetHopHeaders writes ("+1", "01") is
+// ErrMalformed naming it, so the signed text and the header text are always the same.
 func ParseHopHeaders(src HeaderGetter) (h *Hop, sigHeader string, err error) {
 	h = &Hop{
 		DeliveryID:   src.Get(wire.HeaderDeliveryID),
@@ -119,11 +120,11 @@ func ParseHopHeaders(src HeaderGetter) (h *Hop, sigHeader string, err error) {
 			return nil, "", fmt.Errorf("%w: %s", ErrMissing, f[0])
 		}
 	}
-	if h.Attempt, err = strconv.Atoi(attempt); err != nil {
-		return nil, "", fmt.Errorf("%w: %s %q is not an integer", ErrMalformed, wire.HeaderAttempt, attempt)
+	if h.Attempt, err = strconv.Atoi(attempt); err != nil || strconv.Itoa(h.Attempt) != attempt {
+		return nil, "", fmt.Errorf("%w: %s %q is not a plain decimal integer", ErrMalformed, wire.HeaderAttempt, attempt)
 	}
-	if h.Timestamp, err = strconv.ParseInt(ts, 10, 64); err != nil {
-		return nil, "", fmt.Errorf("%w: %s %q is not unix seconds", ErrMalformed, wire.HeaderHopTimestamp, ts)
+	if h.Timestamp, err = strconv.ParseInt(ts, 10, 64); err != nil || strconv.FormatInt(h.Timestamp, 10) != ts {
+		return nil, "", fmt.Errorf("%w: %s %q is not plain decimal unix seconds", ErrMalformed, wire.HeaderHopTimestamp, ts)
 	}
 	return h, sigHeader, nil
 }

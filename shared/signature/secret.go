@@ -47,8 +47,10 @@ func ParseSecret(s string) (Secret, error) {
 		return Secret{}, fmt.Errorf("%w: must start with %q", ErrSecretFormat, SecretPrefix)
 	}
 	key, err := base64.StdEncoding.DecodeString(b64)
-	if err != nil {
-		return Secret{}, fmt.Errorf("%w: the part after %q is not standard base64", ErrSecretFormat, SecretPrefix)
+	// The decoder skips CR/LF and tolerates stray padding bits; requiring the canonical encoding keeps
+	// one text per key, which matters because the legacy profile keys its HMAC with the text.
+	if err != nil || base64.StdEncoding.EncodeToString(key) != b64 {
+		return Secret{}, fmt.Errorf("%w: the part after %q is not canonical standard base64", ErrSecretFormat, SecretPrefix)
 	}
 	if len(key) < MinSecretBytes || len(key) > MaxSecretBytes {
 		return Secret{}, fmt.Errorf("%w: decodes to %d bytes, want %d to %d", ErrSecretFormat, len(key), MinSecretBytes, MaxSecretBytes)

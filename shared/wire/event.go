@@ -95,8 +95,9 @@ func (p Pattern) Match(t string) bool {
 	if p == "*" {
 		return true
 	}
-	if prefix, ok := strings.CutSuffix(string(p), "*"); ok {
-		return len(t) > len(prefix) && strings.HasPrefix(t, prefix)
+	if strings.HasSuffix(string(p), ".*") {
+		rest, ok := strings.CutPrefix(t, string(p[:len(p)-1])) // "video.*" → "video."
+		return ok && rest != ""
 	}
 	return string(p) == t
 }

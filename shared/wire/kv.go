@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 )
@@ -30,9 +32,10 @@ func SubscriberIDFromKey(key string) (string, bool) {
 func DedupKey(deliveryID string) string { return dedupKeyPrefix + deliveryID }
 
 // CoalesceKey is the KV key marking that a coalesce key was forwarded to a subscriber; its value is
-// the forward time in unix milliseconds.
+// the forward time in unix milliseconds. A '/' ends the subscriber id: ids may hold ':' but never
+// '/', so two (subscriber, key) pairs can never share a KV key.
 func CoalesceKey(subscriberID, coalesceKey string) string {
-	return coalesceKeyPrefix + subscriberID + ":" + coalesceKey
+	return coalesceKeyPrefix + subscriberID + "/" + coalesceKey
 }
 
 // Bounds of a SubscriberRecord.
@@ -99,13 +102,22 @@ func (r *SubscriberRecord) Validate() error {
 	if err := ValidateURL(r.URL); err != nil {
 		return &FieldError{Field: "url", Err: err}
 	}
-	if t := r.Timeout(); t < MinTimeout || t > MaxTimeout {
+	// Compare in the record's own unit: converting a huge value to a Duration first would overflow
+	// and could wrap back into range.
+	if r.TimeoutMS < MinTimeout.Milliseconds() || r.TimeoutMS > MaxTimeout.Milliseconds() {
 		return fieldErr("timeout_ms", "%d is outside [%d, %d]", r.TimeoutMS, MinTimeout.Milliseconds(), MaxTimeout.Milliseconds())
 	}
-	for name, value := range r.Headers {
-		if err := ValidateHeader(name, value); err != nil {
+	// Sorted, so the error names the same header on every run.
+	seen := make(map[string]string, len(r.Headers))
+	for _, name := range slices.Sorted(maps.Keys(r.Headers)) {
+		if err := ValidateHeader(name, r.Headers[name]); err != nil {
 			return &FieldError{Field: "headers." + name, Err: err}
 		}
+		lower := strings.ToLower(name)
+		if other, dup := seen[lower]; dup {
+			return fieldErr("headers."+name, "same header as %q (names are case-insensitive)", other)
+		}
+		seen[lower] = name
 	}
 	if c := r.Coalesce; c != nil {
 		if len(c.EventTypes) == 0 {
@@ -122,7 +134,7 @@ func (r *SubscriberRecord) Validate() error {
 		if err := ValidateCoalesceKey(c.Key); err != nil {
 			return &FieldError{Field: "coalesce.key", Err: err}
 		}
-		if w := c.Window(); w < MinCoalesceWindow || w > MaxCoalesceWindow {
+		if c.WindowSeconds < int64(MinCoalesceWindow/time.Second) || c.WindowSeconds > int64(MaxCoalesceWindow/time.Second) {
 			return fieldErr("coalesce.window_seconds", "%d is outside [1, %d]", c.WindowSeconds, int64(MaxCoalesceWindow/time.Second))
 		}
 	}
@@ -194,8 +206,16 @@ func ValidateURL(s string) error {
 	return nil
 }
 
-// ValidateHeader checks a custom header: a token name (RFC 9110) that is not a hop or signature
-// header, and a value without CR, LF or NUL.
+// reservedHeaders are set by the HTTP layer itself (framing, connection management); a subscriber's
+// extra headers may not override them. Lower case.
+var reservedHeaders = map[string]bool{
+	"host": true, "content-length": true, "transfer-encoding": true, "connection": true,
+	"keep-alive": true, "proxy-connection": true, "upgrade": true, "te": true, "trailer": true,
+}
+
+// ValidateHeader checks a custom header: a token name (RFC 9110) that is neither a hop or signature
+// header (Edgehook-*, webhook-*) nor one the HTTP layer owns (Host, Content-Length, ...), and a
+// value without control characters other than horizontal tab (so no CR, LF or NUL).
 func ValidateHeader(name, value string) error {
 	if name == "" {
 		return errors.New("header name is empty")
@@ -206,12 +226,12 @@ func ValidateHeader(name, value string) error {
 		}
 	}
 	lower := strings.ToLower(name)
-	if strings.HasPrefix(lower, "edgehook-") || strings.HasPrefix(lower, "webhook-") {
+	if strings.HasPrefix(lower, "edgehook-") || strings.HasPrefix(lower, "webhook-") || reservedHeaders[lower] {
 		return fmt.Errorf("header name %q is reserved", name)
 	}
 	for i := 0; i < len(value); i++ {
-		if c := value[i]; c == '\r' || c == '\n' || c == 0 {
-			return fmt.Errorf("header %q value contains CR, LF or NUL", name)
+		if c := value[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return fmt.Errorf("header %q value contains control byte 0x%02x (CR, LF, NUL and the like are not allowed)", name, c)
 		}
 	}
 	return nil
@@ -241,6 +261,9 @@ func DecodeBulk(data []byte) ([]BulkEntry, error) {
 	var entries []BulkEntry
 	if err := decodeStrict(data, &entries); err != nil {
 		return nil, fmt.Errorf("kv bulk file: %w", err)
+	}
+	if entries == nil {
+		return nil, errors.New("kv bulk file: must be a JSON array")
 	}
 	for i, e := range entries {
 		if e.Key == "" {

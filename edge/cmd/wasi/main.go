@@ -1,0 +1,171 @@
+//go:build wasip1
+
+// Command wasi is the relay core built as a WASI reactor for the local harness (edge/harness):
+//
+//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -tags edgehook_hostmac -o build/relay.wasm ./edge/cmd/wasi
+//
+// The host calls _initialize once per instance, then the exports of package abi for each request.
+// KV, the upstream request, the clock and logging are host functions; with the edgehook_hostmac
+// tag the hop signature's HMAC-SHA256 is one too (shared/signature), because SHA-256 compiled to
+// WASM by Go is two orders of magnitude slower than the host's.
+//
+// The settings are the Worker's (relay.EnvSecret, ...), read from the WASI environment.
+package main
+
+import (
+	"context"
+	"os"
+	"time"
+	"unsafe"
+
+	"github.com/edgehook/edgehook/edge/harness/abi"
+	"github.com/edgehook/edgehook/edge/relay"
+	"github.com/edgehook/edgehook/shared/wire"
+)
+
+// main is never called in a reactor; the build mode still requires it.
+func main() {}
+
+// rl is the relay, or nil when the settings are wrong (setupErr says why).
+var rl, setupErr = setup()
+
+func setup() (*relay.Relay, error) {
+	cfg, err := relay.ParseConfig(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	return relay.New(cfg, relay.Deps{
+		Subscribers: kv(abi.NamespaceSubscribers),
+		Dedup:       kv(abi.NamespaceDedup),
+		Upstream:    upstream{},
+		Clock:       clock{},
+	})
+}
+
+// inbox holds the request the host wrote; outbox the encoded response, kept referenced until the
+// next call so the host can read it.
+var inbox, outbox []byte
+
+//go:wasmexport edgehook_buffer
+func buffer(size uint32) uint32 {
+	if uint32(cap(inbox)) < size {
+		inbox = make([]byte, size)
+	}
+	inbox = inbox[:size]
+	return addr(inbox)
+}
+
+//go:wasmexport edgehook_handle
+func handle(size uint32) uint64 {
+	var resp *relay.Response
+	req, err := abi.DecodeRequest(inbox[:size])
+	switch {
+	case setupErr != nil:
+		resp = misconfigured(setupErr.Error())
+	case err != nil:
+		resp = misconfigured(err.Error())
+	default:
+		resp = rl.Handle(context.Background(), req)
+	}
+	outbox = abi.EncodeResponse(outbox[:0], resp)
+	return abi.PackPointer(addr(outbox), uint32(len(outbox)))
+}
+
+// misconfigured is the answer when the relay cannot run at all: loud, like a rejection.
+func misconfigured(detail string) *relay.Response {
+	logLine("relay: " + detail)
+	outcome := string(wire.Rejected(wire.ReasonMisconfigured))
+	return &relay.Response{
+		Status: 500,
+		Header: relay.Header{"edgehook-outcome": outcome, "content-type": "text/plain; charset=utf-8"},
+		Body:   []byte(outcome + ": " + detail + "\n"),
+		Detail: detail,
+	}
+}
+
+// addr returns the guest address of b's first byte (0 for an empty slice).
+func addr(b []byte) uint32 { return uint32(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }
+
+func addrString(s string) uint32 { return uint32(uintptr(unsafe.Pointer(unsafe.StringData(s)))) }
+
+//go:wasmimport edgehook kv_get
+func hostKVGet(ns, keyPtr, keyLen uint32) uint64
+
+//go:wasmimport edgehook kv_put
+func hostKVPut(ns, keyPtr, keyLen, valPtr, valLen uint32, ttlSeconds int64) uint64
+
+//go:wasmimport edgehook upstream
+func hostUpstream(reqPtr, reqLen uint32) uint64
+
+//go:wasmimport edgehook take
+func hostTake(dst uint32)
+
+//go:wasmimport edgehook now
+func hostNow() int64
+
+//go:wasmimport edgehook log
+func hostLog(ptr, length uint32)
+
+// take fetches the bytes of the host's last result.
+func take(length uint32) []byte {
+	b := make([]byte, length)
+	if length > 0 {
+		hostTake(addr(b))
+	}
+	return b
+}
+
+// hostError is an error the host reported as a message.
+type hostError string
+
+func (e hostError) Error() string { return string(e) }
+
+// kv is one host KV namespace.
+type kv uint32
+
+func (ns kv) Get(_ context.Context, key string) (string, bool, error) {
+	code, n := abi.SplitResult(hostKVGet(uint32(ns), addrString(key), uint32(len(key))))
+	switch code {
+	case abi.CodeOK:
+		return string(take(n)), true, nil
+	case abi.CodeNotFound:
+		return "", false, nil
+	}
+	return "", false, hostError(take(n))
+}
+
+func (ns kv) Put(_ context.Context, key, value string, ttl time.Duration) error {
+	code, n := abi.SplitResult(hostKVPut(uint32(ns), addrString(key), uint32(len(key)), addrString(value), uint32(len(value)), int64(ttl/time.Second)))
+	if code != abi.CodeOK {
+		return hostError(take(n))
+	}
+	return nil
+}
+
+// upstream sends the request through the host, which enforces the timeout.
+type upstream struct{}
+
+func (upstream) Do(_ context.Context, req *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
+	enc := abi.EncodeUpstreamRequest(nil, req)
+	code, n := abi.SplitResult(hostUpstream(addr(enc), uint32(len(enc))))
+	b := take(n)
+	switch code {
+	case abi.CodeOK:
+		return abi.DecodeUpstreamResponse(b)
+	case abi.CodeTimeout:
+		return nil, timeoutError(b)
+	}
+	return nil, hostError(b)
+}
+
+// timeoutError wraps relay.ErrUpstreamTimeout with the host's message.
+type timeoutError string
+
+func (e timeoutError) Error() string { return string(e) }
+func (e timeoutError) Unwrap() error { return relay.ErrUpstreamTimeout }
+
+type clock struct{}
+
+func (clock) Now() time.Time { return time.Unix(0, hostNow()) }
+
+func logLine(s string) { hostLog(addrString(s), uint32(len(s))) }

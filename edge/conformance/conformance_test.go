@@ -1,0 +1,96 @@
+package conformance_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/edgehook/edgehook/edge/conformance"
+	"github.com/edgehook/edgehook/edge/relay"
+	"github.com/edgehook/edgehook/edge/relay/httpupstream"
+	"github.com/edgehook/edgehook/edge/relay/memkv"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// clock is a settable clock: the native runner's "now" stays put while a scenario runs.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// TestNative runs every scenario against the relay core compiled natively, with in-memory KV, a
+// fixed clock and a real subscriber on 127.0.0.1.
+func TestNative(t *testing.T) {
+	suite, err := conformance.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets, err := suite.SecretsNamed(suite.Config.Secrets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := relay.Config{
+		Secrets:   secrets,
+		Tolerance: time.Duration(suite.Config.ToleranceSeconds) * time.Second,
+		DedupTTL:  time.Duration(suite.Config.DedupTTLSeconds) * time.Second,
+		MaxBody:   suite.Config.MaxBodyBytes,
+	}
+	sub, err := conformance.StartSubscriber()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	down, err := conformance.UnreachableURL()
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstream := httpupstream.New(nil)
+	for _, sc := range suite.Scenarios {
+		t.Run(sc.Name, func(t *testing.T) {
+			clk := &clock{now: time.Unix(1_800_000_000, 0)}
+			subs, dedup := memkv.New(clk), memkv.New(clk)
+			ctx := context.Background()
+			for id, seed := range sc.Subscribers {
+				_ = subs.Put(ctx, "sub:"+id, conformance.SubscriberValue(seed, sub.URL(), down), 0)
+			}
+			for _, kv := range sc.Dedup {
+				v := kv.Value
+				if kv.NowOffsetMS != nil {
+					v = strconv.FormatInt(clk.Now().UnixMilli()+*kv.NowOffsetMS, 10)
+				}
+				_ = dedup.Put(ctx, kv.Key, v, 0)
+			}
+			r, err := relay.New(cfg, relay.Deps{Subscribers: subs, Dedup: dedup, Upstream: upstream, Clock: clk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, st := range sc.Steps {
+				b, err := suite.Build(&st.Request, clk.Now())
+				if err != nil {
+					t.Fatalf("step %d: %v", i+1, err)
+				}
+				sub.Script(st.Upstream)
+				resp := r.Handle(ctx, &relay.Request{Method: b.Method, Header: relay.Header(b.Header), Body: b.Body})
+				obs := &conformance.Observed{
+					Status: resp.Status, Header: resp.Header, Body: resp.Body, Received: sub.Received(),
+					SentBody: b.Body, WrittenAt: clk.Now(), Dedup: dedup,
+				}
+				if errs := conformance.Check(&st.Expect, obs); len(errs) > 0 {
+					t.Errorf("step %d (%s):\n  %s", i+1, resp.Detail, strings.Join(errs, "\n  "))
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,166 @@
+package abi
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/edgehook/edgehook/edge/relay"
+)
+
+// ErrShort is wrapped by every decode error: the message ended early or has trailing bytes.
+var ErrShort = errors.New("abi: truncated or oversized message")
+
+// EncodeRequest appends the encoding of r to dst.
+func EncodeRequest(dst []byte, r *relay.Request) []byte {
+	dst = appendString(dst, r.Method)
+	dst = appendHeader(dst, r.Header)
+	return appendBytes(dst, r.Body)
+}
+
+// DecodeRequest decodes a request; Body aliases b.
+func DecodeRequest(b []byte) (*relay.Request, error) {
+	d := decoder{b: b}
+	r := &relay.Request{Method: d.string(), Header: d.header(), Body: d.bytes()}
+	return r, d.done("request")
+}
+
+// EncodeResponse appends the encoding of r to dst.
+func EncodeResponse(dst []byte, r *relay.Response) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(r.Status))
+	dst = appendHeader(dst, r.Header)
+	dst = appendBytes(dst, r.Body)
+	return appendString(dst, r.Detail)
+}
+
+// DecodeResponse decodes a response; Body aliases b.
+func DecodeResponse(b []byte) (*relay.Response, error) {
+	d := decoder{b: b}
+	r := &relay.Response{Status: int(d.uint32()), Header: d.header(), Body: d.bytes(), Detail: d.string()}
+	return r, d.done("response")
+}
+
+// EncodeUpstreamRequest appends the encoding of r to dst.
+func EncodeUpstreamRequest(dst []byte, r *relay.UpstreamRequest) []byte {
+	dst = appendString(dst, r.URL)
+	dst = appendHeader(dst, r.Header)
+	dst = appendBytes(dst, r.Body)
+	return binary.LittleEndian.AppendUint64(dst, uint64(r.Timeout))
+}
+
+// DecodeUpstreamRequest decodes an upstream request; Body aliases b.
+func DecodeUpstreamRequest(b []byte) (*relay.UpstreamRequest, error) {
+	d := decoder{b: b}
+	r := &relay.UpstreamRequest{URL: d.string(), Header: d.header(), Body: d.bytes()}
+	if t := d.uint64(); t <= math.MaxInt64 {
+		r.Timeout = time.Duration(t)
+	} else {
+		d.fail()
+	}
+	return r, d.done("upstream request")
+}
+
+// EncodeUpstreamResponse appends the encoding of r to dst.
+func EncodeUpstreamResponse(dst []byte, r *relay.UpstreamResponse) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(r.Status))
+	dst = appendHeader(dst, r.Header)
+	return appendBytes(dst, r.Body)
+}
+
+// DecodeUpstreamResponse decodes an upstream response; Body aliases b.
+func DecodeUpstreamResponse(b []byte) (*relay.UpstreamResponse, error) {
+	d := decoder{b: b}
+	r := &relay.UpstreamResponse{Status: int(d.uint32()), Header: d.header(), Body: d.bytes()}
+	return r, d.done("upstream response")
+}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(s)))
+	return append(dst, s...)
+}
+
+func appendBytes(dst, b []byte) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(b)))
+	return append(dst, b...)
+}
+
+func appendHeader(dst []byte, h relay.Header) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(h)))
+	names := make([]string, 0, len(h))
+	for name := range h {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		dst = appendString(dst, name)
+		dst = appendString(dst, h[name])
+	}
+	return dst
+}
+
+// decoder reads fields in order; after the first failure every read returns a zero value and done
+// reports the error, so decode functions read straight through without checks in between.
+type decoder struct {
+	b      []byte
+	failed bool
+}
+
+func (d *decoder) fail() { d.failed, d.b = true, nil }
+
+func (d *decoder) uint32() uint32 {
+	if len(d.b) < 4 {
+		d.fail()
+		return 0
+	}
+	v := binary.LittleEndian.Uint32(d.b)
+	d.b = d.b[4:]
+	return v
+}
+
+func (d *decoder) uint64() uint64 {
+	if len(d.b) < 8 {
+		d.fail()
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return v
+}
+
+func (d *decoder) bytes() []byte {
+	n := d.uint32()
+	if uint64(n) > uint64(len(d.b)) {
+		d.fail()
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) string() string { return string(d.bytes()) }
+
+func (d *decoder) header() relay.Header {
+	n := d.uint32()
+	// Each pair needs at least 8 bytes, which bounds n before anything is allocated.
+	if uint64(n)*8 > uint64(len(d.b)) {
+		d.fail()
+		return nil
+	}
+	h := make(relay.Header, n)
+	for range n {
+		name := d.string()
+		h[name] = d.string()
+	}
+	return h
+}
+
+func (d *decoder) done(what string) error {
+	if d.failed || len(d.b) != 0 {
+		return fmt.Errorf("%w: %s", ErrShort, what)
+	}
+	return nil
+}

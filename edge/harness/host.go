@@ -1,0 +1,395 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/edgehook/edgehook/edge/harness/abi"
+	"github.com/edgehook/edgehook/edge/relay"
+)
+
+// HostConfig configures a Host.
+type HostConfig struct {
+	// WASM is the relay module built by `make edge-wasm` (build/relay.wasm).
+	WASM []byte
+	// CacheDir holds wazero's compilation cache; empty means CacheDir().
+	CacheDir string
+	// Pool is the number of module instances, i.e. of requests handled at once.
+	Pool int
+	// CallTimeout bounds one request inside the module, the subscriber's timeout included.
+	CallTimeout time.Duration
+	// Relay is the relay's configuration, handed to each instance as its environment.
+	Relay relay.Config
+	// Deps are what the module's host functions reach: the KV namespaces, the upstream, the clock.
+	Deps   relay.Deps
+	Logger *slog.Logger
+}
+
+// CacheDir returns the default compilation cache directory: edgehook/wazero under the user cache
+// directory, or under the temporary directory when there is none.
+func CacheDir() string {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		base = os.TempDir()
+	}
+	return filepath.Join(base, "edgehook", "wazero")
+}
+
+// Host runs the relay's WASI module in wazero: compiled once, instantiated Pool times. Each
+// instance serves one request at a time; one that traps or overruns its deadline is closed and
+// replaced by a fresh instance on its next use. Handle is safe for concurrent use.
+type Host struct {
+	rt       wazero.Runtime
+	cache    wazero.CompilationCache
+	compiled wazero.CompiledModule
+	modCfg   wazero.ModuleConfig
+	deps     relay.Deps
+	timeout  time.Duration
+	log      *slog.Logger
+	// slots holds Pool entries; a nil entry is an instance to (re)create on its next use.
+	slots chan *instance
+}
+
+// instance is one module instance and the state of the call it is running.
+type instance struct {
+	mod            api.Module
+	buffer, handle api.Function
+	// pending holds the bytes of the last host function result until the guest takes them.
+	pending []byte
+	scratch []byte
+}
+
+// callKey carries the running *instance to the host functions through the call's context.
+type callKey struct{}
+
+// NewHost compiles the module and creates every instance, so a bad module or setting fails here.
+func NewHost(ctx context.Context, cfg HostConfig) (*Host, error) {
+	switch {
+	case cfg.Pool < 1:
+		return nil, fmt.Errorf("pool: %d instances; at least 1 is required", cfg.Pool)
+	case cfg.CallTimeout <= 0:
+		return nil, fmt.Errorf("call timeout: %s must be positive", cfg.CallTimeout)
+	case cfg.Logger == nil:
+		return nil, errors.New("harness: HostConfig.Logger is nil")
+	}
+	env, err := relayEnv(cfg.Relay)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := relay.New(cfg.Relay, cfg.Deps); err != nil { // the same checks the guest makes
+		return nil, err
+	}
+	dir := cfg.CacheDir
+	if dir == "" {
+		dir = CacheDir()
+	}
+	cache, err := wazero.NewCompilationCacheWithDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("compilation cache %s: %w", dir, err)
+	}
+	h := &Host{
+		cache: cache, deps: cfg.Deps, timeout: cfg.CallTimeout, log: cfg.Logger,
+		slots: make(chan *instance, cfg.Pool),
+		rt:    wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(cache).WithCloseOnContextDone(true)),
+	}
+	if err := h.start(ctx, cfg.WASM, env); err != nil {
+		_ = h.Close(ctx)
+		return nil, err
+	}
+	return h, nil
+}
+
+func (h *Host) start(ctx context.Context, wasm []byte, env map[string]string) error {
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, h.rt); err != nil {
+		return err
+	}
+	if err := h.instantiateHostModule(ctx); err != nil {
+		return err
+	}
+	compiled, err := h.rt.CompileModule(ctx, wasm)
+	if err != nil {
+		return fmt.Errorf("compile the relay module: %w", err)
+	}
+	h.compiled = compiled
+	for _, name := range []string{abi.BufferFunc, abi.HandleFunc} {
+		if _, ok := compiled.ExportedFunctions()[name]; !ok {
+			return fmt.Errorf("the relay module does not export %s: is it built from edge/cmd/wasi with -buildmode=c-shared?", name)
+		}
+	}
+	stderr := logWriter{h.log}
+	h.modCfg = wazero.NewModuleConfig().
+		WithName(""). // anonymous, so one compiled module instantiates many times
+		WithStartFunctions("_initialize").
+		WithSysWalltime().WithSysNanotime().WithSysNanosleep().
+		WithRandSource(rand.Reader).
+		WithStdout(stderr).WithStderr(stderr)
+	for k, v := range env {
+		h.modCfg = h.modCfg.WithEnv(k, v)
+	}
+	for range cap(h.slots) {
+		in, err := h.instantiate(ctx)
+		if err != nil {
+			return err
+		}
+		h.slots <- in
+	}
+	return nil
+}
+
+// relayEnv renders cfg as the settings relay.ParseConfig reads.
+func relayEnv(cfg relay.Config) (map[string]string, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Tolerance%time.Second != 0 || cfg.DedupTTL%time.Second != 0 {
+		return nil, fmt.Errorf("%s and %s must be whole seconds", relay.EnvTolerance, relay.EnvDedupTTL)
+	}
+	secrets := make([]string, len(cfg.Secrets))
+	for i, s := range cfg.Secrets {
+		secrets[i] = s.String()
+	}
+	return map[string]string{
+		relay.EnvSecret:    strings.Join(secrets, ","),
+		relay.EnvTolerance: strconv.FormatInt(int64(cfg.Tolerance/time.Second), 10),
+		relay.EnvDedupTTL:  strconv.FormatInt(int64(cfg.DedupTTL/time.Second), 10),
+		relay.EnvMaxBody:   strconv.FormatInt(cfg.MaxBody, 10),
+	}, nil
+}
+
+func (h *Host) instantiate(ctx context.Context) (*instance, error) {
+	mod, err := h.rt.InstantiateModule(ctx, h.compiled, h.modCfg)
+	if err != nil {
+		return nil, fmt.Errorf("instantiate the relay module: %w", err)
+	}
+	return &instance{mod: mod, buffer: mod.ExportedFunction(abi.BufferFunc), handle: mod.ExportedFunction(abi.HandleFunc)}, nil
+}
+
+// Close releases every instance, the runtime and the cache handle.
+func (h *Host) Close(ctx context.Context) error {
+	err := h.rt.Close(ctx) // closes every instance too
+	return errors.Join(err, h.cache.Close(ctx))
+}
+
+// Handle runs one request through a pooled instance, waiting for a free one. The call ends at
+// ctx's end or after the call timeout, whichever comes first; the instance is then replaced. A
+// request the module could not answer gets 500 with no outcome header, as from a Worker that threw.
+func (h *Host) Handle(ctx context.Context, req *relay.Request) *relay.Response {
+	ctx, cancel := context.WithTimeout(ctx, h.timeout)
+	defer cancel()
+	var in *instance
+	select {
+	case in = <-h.slots:
+	case <-ctx.Done():
+		return edgeError("no relay instance became free: %v", ctx.Err())
+	}
+	resp, err := h.call(ctx, &in, req)
+	h.slots <- in
+	if err != nil {
+		h.log.Error("relay module failed; the instance is replaced", "err", err)
+		return edgeError("the relay module failed: %v", err)
+	}
+	return resp
+}
+
+// call runs req in *in, creating the instance if needed; on failure it closes the instance and
+// leaves *in nil.
+func (h *Host) call(ctx context.Context, in **instance, req *relay.Request) (*relay.Response, error) {
+	if *in == nil {
+		created, err := h.instantiate(ctx)
+		if err != nil {
+			return nil, err
+		}
+		*in = created
+	}
+	resp, err := (*in).call(ctx, req)
+	if err != nil {
+		_ = (*in).mod.Close(context.WithoutCancel(ctx))
+		*in = nil
+	}
+	return resp, err
+}
+
+func (in *instance) call(ctx context.Context, req *relay.Request) (*relay.Response, error) {
+	ctx = context.WithValue(ctx, callKey{}, in)
+	in.scratch = abi.EncodeRequest(in.scratch[:0], req)
+	res, err := in.buffer.Call(ctx, uint64(len(in.scratch)))
+	if err != nil {
+		return nil, err
+	}
+	if !in.mod.Memory().Write(uint32(res[0]), in.scratch) {
+		return nil, fmt.Errorf("%s returned %#x, outside memory", abi.BufferFunc, res[0])
+	}
+	res, err = in.handle.Call(ctx, uint64(len(in.scratch)))
+	if err != nil {
+		return nil, err
+	}
+	ptr, n := abi.SplitPointer(res[0])
+	view, ok := in.mod.Memory().Read(ptr, n)
+	if !ok {
+		return nil, fmt.Errorf("%s returned %d bytes at %#x, outside memory", abi.HandleFunc, n, ptr)
+	}
+	// The view is guest memory, reused by the next call: the response must own its bytes.
+	return abi.DecodeResponse(bytes.Clone(view))
+}
+
+// edgeError is the answer when the module itself failed.
+func edgeError(format string, args ...any) *relay.Response {
+	msg := fmt.Sprintf(format, args...)
+	return &relay.Response{
+		Status: 500,
+		Header: relay.Header{"content-type": "text/plain; charset=utf-8"},
+		Body:   []byte("edge error: " + msg + "\n"),
+		Detail: msg,
+	}
+}
+
+// logWriter sends the module's stdout and stderr (a Go panic's trace) to the logger.
+type logWriter struct{ log *slog.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.log.Warn("relay module output", "text", strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// instantiateHostModule defines the functions of package abi.
+func (h *Host) instantiateHostModule(ctx context.Context) error {
+	i32, i64 := api.ValueTypeI32, api.ValueTypeI64
+	b := h.rt.NewHostModuleBuilder(abi.ImportModule)
+	def := func(name string, fn api.GoModuleFunc, params, results []api.ValueType) {
+		b.NewFunctionBuilder().WithGoModuleFunction(fn, params, results).Export(name)
+	}
+	def(abi.KVGetFunc, h.kvGet, []api.ValueType{i32, i32, i32}, []api.ValueType{i64})
+	def(abi.KVPutFunc, h.kvPut, []api.ValueType{i32, i32, i32, i32, i32, i64}, []api.ValueType{i64})
+	def(abi.UpstreamFunc, h.upstream, []api.ValueType{i32, i32}, []api.ValueType{i64})
+	def(abi.TakeFunc, take, []api.ValueType{i32}, nil)
+	def(abi.NowFunc, h.now, nil, []api.ValueType{i64})
+	def(abi.LogFunc, h.logLine, []api.ValueType{i32, i32}, nil)
+	def(abi.HMACFunc, hmacSHA256, []api.ValueType{i32, i32, i32, i32, i32}, nil)
+	_, err := b.Instantiate(ctx)
+	return err
+}
+
+// running returns the instance whose call reached a host function.
+func running(ctx context.Context) *instance {
+	in, ok := ctx.Value(callKey{}).(*instance)
+	if !ok {
+		panic("edgehook host function called outside a request") // traps the guest
+	}
+	return in
+}
+
+// view returns a view of guest memory, trapping the guest on an out-of-range pointer. It is valid
+// only until the guest runs again.
+func view(m api.Module, ptr, n uint64) []byte {
+	v, ok := m.Memory().Read(uint32(ptr), uint32(n))
+	if !ok {
+		panic(fmt.Sprintf("guest passed %d bytes at %#x, outside memory", n, ptr))
+	}
+	return v
+}
+
+// readString copies guest memory into a string.
+func readString(m api.Module, ptr, n uint64) string { return string(view(m, ptr, n)) }
+
+// result leaves b for TakeFunc and returns the packed result.
+func (in *instance) result(code uint32, b []byte) uint64 {
+	in.pending = b
+	return abi.Result(code, len(b))
+}
+
+func (h *Host) namespace(ns uint64) relay.KV {
+	switch uint32(ns) {
+	case abi.NamespaceSubscribers:
+		return h.deps.Subscribers
+	case abi.NamespaceDedup:
+		return h.deps.Dedup
+	}
+	panic(fmt.Sprintf("unknown KV namespace %d", ns))
+}
+
+func (h *Host) kvGet(ctx context.Context, m api.Module, stack []uint64) {
+	in, kv := running(ctx), h.namespace(stack[0])
+	v, found, err := kv.Get(ctx, readString(m, stack[1], stack[2]))
+	switch {
+	case err != nil:
+		stack[0] = in.result(abi.CodeError, []byte(err.Error()))
+	case !found:
+		stack[0] = in.result(abi.CodeNotFound, nil)
+	default:
+		stack[0] = in.result(abi.CodeOK, []byte(v))
+	}
+}
+
+func (h *Host) kvPut(ctx context.Context, m api.Module, stack []uint64) {
+	in, kv := running(ctx), h.namespace(stack[0])
+	key, value := readString(m, stack[1], stack[2]), readString(m, stack[3], stack[4])
+	if err := kv.Put(ctx, key, value, time.Duration(int64(stack[5]))*time.Second); err != nil {
+		stack[0] = in.result(abi.CodeError, []byte(err.Error()))
+		return
+	}
+	stack[0] = in.result(abi.CodeOK, nil)
+}
+
+// upstream decodes a copy of the request: the HTTP client may still read the body after Do
+// returns, when guest memory belongs to the guest again.
+func (h *Host) upstream(ctx context.Context, m api.Module, stack []uint64) {
+	in := running(ctx)
+	req, err := abi.DecodeUpstreamRequest(bytes.Clone(view(m, stack[0], stack[1])))
+	if err != nil {
+		panic(err)
+	}
+	resp, err := h.deps.Upstream.Do(ctx, req)
+	switch {
+	case err != nil && errTimeout(err):
+		stack[0] = in.result(abi.CodeTimeout, []byte(err.Error()))
+	case err != nil:
+		stack[0] = in.result(abi.CodeError, []byte(err.Error()))
+	default:
+		stack[0] = in.result(abi.CodeOK, abi.EncodeUpstreamResponse(nil, resp))
+	}
+}
+
+func take(ctx context.Context, m api.Module, stack []uint64) {
+	in := running(ctx)
+	if !m.Memory().Write(uint32(stack[0]), in.pending) {
+		panic(fmt.Sprintf("guest asked for %d bytes at %#x, outside memory", len(in.pending), stack[0]))
+	}
+	in.pending = nil
+}
+
+func (h *Host) now(_ context.Context, _ api.Module, stack []uint64) {
+	stack[0] = uint64(h.deps.Clock.Now().UnixNano())
+}
+
+func (h *Host) logLine(_ context.Context, m api.Module, stack []uint64) {
+	h.log.Warn(readString(m, stack[0], stack[1]))
+}
+
+// hmacSHA256 hashes straight from guest memory views: nothing calls back into the guest while
+// they are in use.
+func hmacSHA256(_ context.Context, m api.Module, stack []uint64) {
+	mac := hmac.New(sha256.New, view(m, stack[0], stack[1]))
+	iov := view(m, stack[2], stack[3]*8)
+	for i := 0; i < len(iov); i += 8 {
+		mac.Write(view(m, uint64(binary.LittleEndian.Uint32(iov[i:])), uint64(binary.LittleEndian.Uint32(iov[i+4:]))))
+	}
+	if !m.Memory().Write(uint32(stack[4]), mac.Sum(nil)) {
+		panic(fmt.Sprintf("guest passed an HMAC output at %#x, outside memory", stack[4]))
+	}
+}

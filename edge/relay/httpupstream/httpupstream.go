@@ -1,0 +1,71 @@
+// Package httpupstream is a relay.Upstream over net/http, for native runtimes (the harness host
+// and tests). It lives outside package relay so the WASM builds of the core never link net/http.
+package httpupstream
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/edgehook/edgehook/edge/relay"
+	"github.com/edgehook/edgehook/shared/wire"
+)
+
+// Client sends the relay's requests with an http.Client that never follows redirects (the
+// destination comes only from the subscriber's record) and reads at most wire.MaxExcerptBytes of
+// the answer.
+type Client struct {
+	http *http.Client
+}
+
+var _ relay.Upstream = (*Client)(nil)
+
+// New returns a Client over transport (http.DefaultTransport when nil).
+func New(transport http.RoundTripper) *Client {
+	if transport == nil {
+		transport = http.DefaultTransport
+	}
+	return &Client{http: &http.Client{
+		Transport:     transport,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}}
+}
+
+// Do POSTs req and returns the subscriber's answer, or an error wrapping relay.ErrUpstreamTimeout
+// when req.Timeout or ctx expires first.
+func (c *Client) Do(ctx context.Context, req *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, req.Timeout)
+	defer cancel()
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, req.URL, bytes.NewReader(req.Body))
+	if err != nil {
+		return nil, fmt.Errorf("build request: %w", err)
+	}
+	for k, v := range req.Header {
+		hreq.Header.Set(k, v)
+	}
+	resp, err := c.http.Do(hreq)
+	if err != nil {
+		return nil, classify(ctx, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, wire.MaxExcerptBytes))
+	if err != nil && ctx.Err() != nil {
+		return nil, classify(ctx, err)
+	}
+	h := make(relay.Header, len(resp.Header))
+	for k, vs := range resp.Header {
+		h.Set(k, strings.Join(vs, ", "))
+	}
+	return &relay.UpstreamResponse{Status: resp.StatusCode, Header: h, Body: body}, nil
+}
+
+func classify(ctx context.Context, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %v", relay.ErrUpstreamTimeout, err)
+	}
+	return err
+}

@@ -1,0 +1,71 @@
+// Package memkv is an in-memory relay.KV with expirations, for the local harness and tests. It
+// loads the same `wrangler kv bulk put` files as Cloudflare KV.
+package memkv
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/edgehook/edgehook/edge/relay"
+	"github.com/edgehook/edgehook/shared/wire"
+)
+
+// Store is a KV namespace in memory. It is safe for concurrent use.
+type Store struct {
+	clock relay.Clock
+	mu    sync.Mutex
+	items map[string]item
+}
+
+type item struct {
+	value   string
+	expires time.Time // zero: never
+}
+
+var _ relay.KV = (*Store)(nil)
+
+// New returns an empty Store whose expirations follow clock.
+func New(clock relay.Clock) *Store {
+	return &Store{clock: clock, items: map[string]item{}}
+}
+
+// Get returns the value under key unless it is missing or expired.
+func (s *Store) Get(_ context.Context, key string) (string, bool, error) {
+	v, _, ok := s.Lookup(key)
+	return v, ok, nil
+}
+
+// Put stores value under key; a ttl of zero or less means no expiration.
+func (s *Store) Put(_ context.Context, key, value string, ttl time.Duration) error {
+	it := item{value: value}
+	if ttl > 0 {
+		it.expires = s.clock.Now().Add(ttl)
+	}
+	s.mu.Lock()
+	s.items[key] = it
+	s.mu.Unlock()
+	return nil
+}
+
+// Lookup returns the value and expiration (zero for none) of key unless it is missing or expired.
+func (s *Store) Lookup(key string) (value string, expires time.Time, found bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	it, ok := s.items[key]
+	if !ok {
+		return "", time.Time{}, false
+	}
+	if !it.expires.IsZero() && !s.clock.Now().Before(it.expires) {
+		delete(s.items, key)
+		return "", time.Time{}, false
+	}
+	return it.value, it.expires, true
+}
+
+// LoadBulk stores the entries of a `wrangler kv bulk put` file (see wire.DecodeBulk).
+func (s *Store) LoadBulk(entries []wire.BulkEntry) {
+	for _, e := range entries {
+		_ = s.Put(context.Background(), e.Key, e.Value, time.Duration(e.ExpirationTTL)*time.Second)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -172,7 +173,8 @@ func DecodeSubscriberRecord(data []byte) (*SubscriberRecord, error) {
 	return r, nil
 }
 
-// decodeStrict decodes exactly one JSON value into v, rejecting unknown fields and trailing data.
+// decodeStrict decodes exactly one JSON value into v, rejecting unknown fields, trailing data,
+// duplicate keys and keys that match a field only case-insensitively.
 func decodeStrict(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -181,6 +183,70 @@ func decodeStrict(data []byte, v any) error {
 	}
 	if dec.More() {
 		return errors.New("unexpected data after the JSON value")
+	}
+	return checkKeys(json.NewDecoder(bytes.NewReader(data)), reflect.TypeOf(v), "")
+}
+
+// checkKeys walks one JSON value that already decoded into type t and rejects what encoding/json
+// lets through silently: a duplicate key (it keeps the last) and a struct key spelled other than its
+// json tag (it matches case-insensitively, so "URL" would fill "url"). A nil t accepts any keys.
+func checkKeys(dec *json.Decoder, t reflect.Type, path string) error {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	switch tok {
+	case json.Delim('{'):
+		seen := map[string]bool{}
+		for dec.More() {
+			keyTok, err := dec.Token()
+			if err != nil {
+				return err
+			}
+			key := keyTok.(string)
+			field := strings.TrimPrefix(path+"."+key, ".")
+			if seen[key] {
+				return fmt.Errorf("duplicate key %q", field)
+			}
+			seen[key] = true
+			var elem reflect.Type
+			if t != nil && t.Kind() == reflect.Map {
+				elem = t.Elem()
+			} else if t != nil && t.Kind() == reflect.Struct {
+				if elem = fieldType(t, key); elem == nil {
+					return fmt.Errorf("unknown field %q (field names are case-sensitive)", field)
+				}
+			}
+			if err := checkKeys(dec, elem, field); err != nil {
+				return err
+			}
+		}
+		_, err = dec.Token() // '}'
+	case json.Delim('['):
+		var elem reflect.Type
+		if t != nil && t.Kind() == reflect.Slice {
+			elem = t.Elem()
+		}
+		for i := 0; dec.More(); i++ {
+			if err := checkKeys(dec, elem, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+		_, err = dec.Token() // ']'
+	}
+	return err
+}
+
+// fieldType returns the type of t's field whose json tag name is exactly key, or nil.
+func fieldType(t reflect.Type, key string) reflect.Type {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name == key {
+			return f.Type
+		}
 	}
 	return nil
 }

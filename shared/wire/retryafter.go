@@ -31,7 +31,7 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, error) {
 			return 0, fmt.Errorf("%w: %q is out of range", ErrRetryAfter, v)
 		case err != nil || c == '+':
 			return 0, fmt.Errorf("%w: %q is neither delta-seconds nor an HTTP-date", ErrRetryAfter, v)
-		case n < 0:
+		case c == '-': // also "-0": delta-seconds has no sign
 			return 0, fmt.Errorf("%w: %q is negative", ErrRetryAfter, v)
 		case n > int64(MaxRetryAfter/time.Second):
 			return 0, fmt.Errorf("%w: %q seconds is more than %s", ErrRetryAfter, v, MaxRetryAfter)

@@ -1,0 +1,71 @@
+package wire_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgehook/edgehook/shared/wire"
+)
+
+func TestParseRetryAfter(t *testing.T) {
+	t.Parallel()
+	// Sunday 6 November 1994, 08:49:37 UTC, the RFC 9110 example date.
+	now := time.Date(1994, 11, 6, 8, 49, 37, 0, time.UTC)
+	tests := []struct {
+		in        string
+		want      time.Duration
+		wantErr   string // reason in the message; "" means accepted
+		nowOffset time.Duration
+	}{
+		{in: "120", want: 120 * time.Second},
+		{in: "0", want: 0},
+		{in: " 5 ", want: 5 * time.Second},
+		{in: "007", want: 7 * time.Second},
+		{in: "604800", want: 7 * 24 * time.Hour},
+		{in: "Sun, 06 Nov 1994 08:51:07 GMT", want: 90 * time.Second},             // IMF-fixdate
+		{in: "Sunday, 06-Nov-94 08:51:07 GMT", want: 90 * time.Second},            // obsolete RFC 850
+		{in: "Sun Nov  6 08:51:07 1994", want: 90 * time.Second},                  // asctime
+		{in: "Sun, 06 Nov 1994 08:49:37 GMT", want: 0},                            // now
+		{in: "Sun, 06 Nov 1994 08:49:36 GMT", want: 0},                            // a second ago
+		{in: "Sun, 06 Nov 1994 08:49:37 GMT", want: 0, nowOffset: 24 * time.Hour}, // a day ago
+		{in: "Sun, 06 Nov 1994 08:49:38 GMT", want: time.Second, nowOffset: 400 * time.Millisecond},
+		{in: "Sun, 13 Nov 1994 08:49:37 GMT", want: 7 * 24 * time.Hour},
+
+		{in: "", wantErr: "empty"},
+		{in: "   ", wantErr: "empty"},
+		{in: "soon", wantErr: "neither delta-seconds nor an HTTP-date"},
+		{in: "1.5", wantErr: "neither delta-seconds nor an HTTP-date"},
+		{in: "120s", wantErr: "neither delta-seconds nor an HTTP-date"},
+		{in: "1e3", wantErr: "neither delta-seconds nor an HTTP-date"},
+		{in: "+5", wantErr: "neither delta-seconds nor an HTTP-date"},
+		{in: "-", wantErr: "neither delta-seconds nor an HTTP-date"},
+		{in: "0x10", wantErr: "neither delta-seconds nor an HTTP-date"},
+		{in: "1 2", wantErr: "neither delta-seconds nor an HTTP-date"},
+		{in: "-5", wantErr: "is negative"},
+		{in: "-0", wantErr: "is negative"},
+		{in: "604801", wantErr: "is more than 168h0m0s"},
+		{in: "9223372036", wantErr: "is more than"},
+		{in: "99999999999999999999", wantErr: "out of range"},
+		{in: "-99999999999999999999", wantErr: "out of range"},
+		{in: "Sun, 13 Nov 1994 08:49:38 GMT", wantErr: "more than 168h0m0s away"},
+		{in: "Fri, 31 Dec 9999 23:59:59 GMT", wantErr: "more than"},
+		{in: "Sun, 06 Nov 1994 08:51:07", wantErr: "neither"},
+		{in: "06 Nov 1994 08:51:07 GMT", wantErr: "neither"},
+		{in: "Sun, 06 Nov 1994 25:51:07 GMT", wantErr: "neither"},
+		{in: "2024-11-22T10:00:00Z", wantErr: "neither"},
+	}
+	for _, tc := range tests {
+		got, err := wire.ParseRetryAfter(tc.in, now.Add(tc.nowOffset))
+		if tc.wantErr == "" {
+			if err != nil || got != tc.want {
+				t.Errorf("ParseRetryAfter(%q) = %s, %v; want %s", tc.in, got, err, tc.want)
+			}
+			continue
+		}
+		if !errors.Is(err, wire.ErrRetryAfter) || !strings.Contains(err.Error(), tc.wantErr) || got != 0 {
+			t.Errorf("ParseRetryAfter(%q) = %s, %v; want 0 and ErrRetryAfter saying %q", tc.in, got, err, tc.wantErr)
+		}
+	}
+}

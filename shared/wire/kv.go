@@ -166,6 +166,9 @@ func DecodeSubscriberRecord(data []byte) (*SubscriberRecord, error) {
 	case raw.Active == nil:
 		return nil, fieldErr("active", "is required")
 	}
+	if len(raw.Headers) == 0 {
+		raw.Headers = nil // "headers": {} is the same record as no headers, and re-encodes as such
+	}
 	r := &SubscriberRecord{URL: *raw.URL, TimeoutMS: *raw.TimeoutMS, Headers: raw.Headers, Coalesce: raw.Coalesce, Active: *raw.Active}
 	if err := r.Validate(); err != nil {
 		return nil, err

@@ -47,7 +47,7 @@ func TestDecodeSubscriberRecordValid(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(again, r) {
 		t.Fatalf("re-decoded %+v, %v; want %+v", again, err, r)
 	}
-	minimal, err := wire.DecodeSubscriberRecord([]byte(`{"url":"http://127.0.0.1:8080/hook","timeout_ms":100,"active":false}`))
+	minimal, err := wire.DecodeSubscriberRecord([]byte(`{"url":"http://127.0.0.1:8080/hook","timeout_ms":100,"headers":{},"coalesce":null,"active":false}`))
 	if err != nil || minimal.Headers != nil || minimal.Coalesce != nil || minimal.Active {
 		t.Fatalf("minimal record = %+v, %v", minimal, err)
 	}

@@ -248,6 +248,11 @@ func (in *instance) call(ctx context.Context, req *relay.Request) (*relay.Respon
 	return abi.DecodeResponse(bytes.Clone(view))
 }
 
+// errTimeout tells whether an upstream error is a timeout, which the guest must see as one.
+func errTimeout(err error) bool {
+	return errors.Is(err, relay.ErrUpstreamTimeout) || errors.Is(err, context.DeadlineExceeded)
+}
+
 // edgeError is the answer when the module itself failed.
 func edgeError(format string, args ...any) *relay.Response {
 	msg := fmt.Sprintf(format, args...)

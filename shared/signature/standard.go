@@ -24,15 +24,6 @@ var (
 
 const versionPrefix = "v1,"
 
-// mac returns HMAC-SHA256(key, parts...) without joining the parts into one buffer.
-func mac(key []byte, parts ...[]byte) []byte {
-	h := hmac.New(sha256.New, key)
-	for _, p := range parts {
-		h.Write(p)
-	}
-	return h.Sum(nil)
-}
-
 var dot = []byte{'.'}
 
 func standardMAC(key []byte, id, timestamp string, body []byte) []byte {

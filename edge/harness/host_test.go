@@ -1,0 +1,210 @@
+package harness_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/edgehook/edgehook/edge/harness"
+	"github.com/edgehook/edgehook/edge/relay"
+	"github.com/edgehook/edgehook/shared/wire"
+)
+
+// subscriber is a real HTTP server on 127.0.0.1 that counts what it receives.
+func subscriber(t *testing.T, status int) (url string, received *atomic.Int64) {
+	received = new(atomic.Int64)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		received.Add(1)
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, received
+}
+
+func outcome(r *relay.Response) string { return r.Header.Get(wire.HeaderOutcome) }
+
+func TestHostForwardsThenDeduplicates(t *testing.T) {
+	url, received := subscriber(t, 204)
+	e := newHost(t, harness.NewUpstream(), 2, 10*time.Second)
+	e.addSubscriber(t, "sub_1", url)
+	ctx := context.Background()
+
+	first := e.host.Handle(ctx, signedRequest("del_1", "sub_1", []byte(`{"n":1}`), time.Now()))
+	if first.Status != 204 || outcome(first) != string(wire.OutcomeForwarded) {
+		t.Fatalf("first: %d %q (%s), want 204 forwarded", first.Status, outcome(first), first.Detail)
+	}
+	again := e.host.Handle(ctx, signedRequest("del_1", "sub_1", []byte(`{"n":1}`), time.Now()))
+	if again.Status != 200 || outcome(again) != string(wire.OutcomeDuplicate) {
+		t.Fatalf("retry: %d %q (%s), want 200 duplicate", again.Status, outcome(again), again.Detail)
+	}
+	if n := received.Load(); n != 1 {
+		t.Fatalf("subscriber received %d requests, want 1", n)
+	}
+	if _, _, found := e.dedup.Lookup(wire.DedupKey("del_1")); !found {
+		t.Fatal("no dedup mark after a 2xx")
+	}
+}
+
+// gateUpstream blocks every call until release is closed and records the most calls in flight.
+type gateUpstream struct {
+	release  chan struct{}
+	inFlight atomic.Int64
+	most     atomic.Int64
+	arrived  chan struct{}
+}
+
+func (g *gateUpstream) Do(ctx context.Context, _ *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
+	n := g.inFlight.Add(1)
+	defer g.inFlight.Add(-1)
+	for m := g.most.Load(); n > m && !g.most.CompareAndSwap(m, n); m = g.most.Load() {
+	}
+	g.arrived <- struct{}{}
+	<-g.release
+	return &relay.UpstreamResponse{Status: 200, Header: relay.Header{}}, nil
+}
+
+// With a pool of 2, at most two requests are inside the module at once, and all complete.
+func TestHostPoolBoundsConcurrency(t *testing.T) {
+	const pool, requests = 2, 20
+	up := &gateUpstream{release: make(chan struct{}), arrived: make(chan struct{}, requests)}
+	e := newHost(t, up, pool, 10*time.Second)
+	e.addSubscriber(t, "sub_1", "http://127.0.0.1:1/unused")
+
+	var wg sync.WaitGroup
+	statuses := make([]int, requests)
+	for i := range requests {
+		wg.Go(func() {
+			id := "del_" + string(rune('a'+i))
+			statuses[i] = e.host.Handle(context.Background(), signedRequest(id, "sub_1", []byte("{}"), time.Now())).Status
+		})
+	}
+	for range pool { // both instances are busy at once...
+		<-up.arrived
+	}
+	close(up.release) // ...then everything drains
+	wg.Wait()
+	if m := up.most.Load(); m != pool {
+		t.Errorf("at most %d upstream calls were in flight, want %d", m, pool)
+	}
+	for i, s := range statuses {
+		if s != 200 {
+			t.Errorf("request %d: status %d, want 200", i, s)
+		}
+	}
+}
+
+// scriptedUpstream runs the next function of its script on each call.
+type scriptedUpstream struct {
+	mu     sync.Mutex
+	script []func(ctx context.Context) (*relay.UpstreamResponse, error)
+}
+
+func (s *scriptedUpstream) Do(ctx context.Context, _ *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
+	s.mu.Lock()
+	next := s.script[0]
+	s.script = s.script[1:]
+	s.mu.Unlock()
+	return next(ctx)
+}
+
+func ok(context.Context) (*relay.UpstreamResponse, error) {
+	return &relay.UpstreamResponse{Status: 200, Header: relay.Header{}}, nil
+}
+
+// A request that kills its instance gets a bare 500 (no outcome, as from a Worker that threw); the
+// single instance is replaced and the next request is relayed.
+func TestHostReplacesFailedInstance(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fail  func(ctx context.Context) (*relay.UpstreamResponse, error)
+		wants string
+	}{
+		{"trap", func(context.Context) (*relay.UpstreamResponse, error) { panic("host function failure") }, "host function failure"},
+		{"deadline", func(ctx context.Context) (*relay.UpstreamResponse, error) {
+			<-ctx.Done() // ignores the record's timeout: only the call deadline ends it
+			return nil, ctx.Err()
+		}, "deadline"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := &scriptedUpstream{script: []func(context.Context) (*relay.UpstreamResponse, error){tc.fail, ok}}
+			e := newHost(t, up, 1, 300*time.Millisecond)
+			e.addSubscriber(t, "sub_1", "http://127.0.0.1:1/unused")
+
+			failed := e.host.Handle(context.Background(), signedRequest("del_1", "sub_1", []byte("{}"), time.Now()))
+			if failed.Status != 500 || outcome(failed) != "" || !strings.Contains(failed.Detail, tc.wants) {
+				t.Fatalf("failed call: %d %q %q, want 500, no outcome, detail naming %q", failed.Status, outcome(failed), failed.Detail, tc.wants)
+			}
+			next := e.host.Handle(context.Background(), signedRequest("del_2", "sub_1", []byte("{}"), time.Now()))
+			if next.Status != 200 || outcome(next) != string(wire.OutcomeForwarded) {
+				t.Fatalf("next call: %d %q (%s), want 200 forwarded", next.Status, outcome(next), next.Detail)
+			}
+		})
+	}
+}
+
+// The upstream's own timeout reaches the relay as a timeout: 504 upstream_timeout.
+func TestHostUpstreamTimeout(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	e := newHost(t, harness.NewUpstream(), 1, 10*time.Second)
+	entry, err := wire.SubscriberEntry("slow", &wire.SubscriberRecord{URL: srv.URL, TimeoutMS: 100, Active: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = e.subscribers.Put(context.Background(), entry.Key, entry.Value, 0)
+
+	resp := e.host.Handle(context.Background(), signedRequest("del_1", "slow", []byte("{}"), time.Now()))
+	if resp.Status != 504 || outcome(resp) != string(wire.OutcomeUpstreamTimeout) {
+		t.Fatalf("%d %q (%s), want 504 upstream_timeout", resp.Status, outcome(resp), resp.Detail)
+	}
+}
+
+func TestNewHostRejectsBadSettings(t *testing.T) {
+	good := harness.HostConfig{WASM: []byte("\x00asm\x01\x00\x00\x00"), Pool: 1, CallTimeout: time.Second, Relay: relayConfig(), Logger: quiet}
+	for _, tc := range []struct {
+		name  string
+		edit  func(c *harness.HostConfig)
+		wants string
+	}{
+		{"pool", func(c *harness.HostConfig) { c.Pool = 0 }, "pool"},
+		{"timeout", func(c *harness.HostConfig) { c.CallTimeout = 0 }, "call timeout"},
+		{"secret", func(c *harness.HostConfig) { c.Relay.Secrets = nil }, relay.EnvSecret},
+		{"fractional tolerance", func(c *harness.HostConfig) { c.Relay.Tolerance = 1500 * time.Millisecond }, relay.EnvTolerance},
+		{"deps", func(c *harness.HostConfig) {}, "Deps.Subscribers"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := good
+			tc.edit(&cfg)
+			_, err := harness.NewHost(context.Background(), cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.wants) {
+				t.Fatalf("err = %v, want one naming %q", err, tc.wants)
+			}
+		})
+	}
+}
+
+func TestNewHostRejectsAModuleWithoutTheExports(t *testing.T) {
+	e := newHost(t, harness.NewUpstream(), 1, time.Second) // only for valid Deps
+	_, err := harness.NewHost(context.Background(), harness.HostConfig{
+		WASM: []byte("\x00asm\x01\x00\x00\x00"), CacheDir: cacheDir, Pool: 1, CallTimeout: time.Second, Relay: relayConfig(),
+		Deps:   relay.Deps{Subscribers: e.subscribers, Dedup: e.dedup, Upstream: harness.NewUpstream(), Clock: e.clock},
+		Logger: quiet,
+	})
+	if err == nil || !strings.Contains(err.Error(), "edgehook_buffer") {
+		t.Fatalf("err = %v, want one naming the missing export", err)
+	}
+}

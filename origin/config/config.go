@@ -151,13 +151,13 @@ func Apply(fs *pflag.FlagSet, lookup func(string) (string, bool), file File, fil
 			return
 		}
 		if v, ok := lookup(EnvName(f.Name)); ok {
-			if e := fs.Set(f.Name, v); e != nil {
+			if e := f.Value.Set(v); e != nil {
 				err = fmt.Errorf("invalid value %q for %s (--%s): %v", v, EnvName(f.Name), f.Name, e)
 			}
 			return
 		}
 		if v, ok := file[FileKey(f.Name)]; ok {
-			if e := fs.Set(f.Name, v); e != nil {
+			if e := f.Value.Set(v); e != nil {
 				err = fmt.Errorf("config file %s: invalid value %q for %q (--%s): %v", fileName, v, FileKey(f.Name), f.Name, e)
 			}
 		}

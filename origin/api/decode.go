@@ -1,0 +1,81 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"reflect"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+)
+
+// decodeJSON reads the request body strictly into v: the content type must be JSON (415), the body
+// within the limit (413), and the JSON one value of the expected shape with no unknown fields and
+// nothing after it (400, naming the field when the decoder knows it).
+func decodeJSON(c echo.Context, v any) error {
+	ct := c.Request().Header.Get(echo.HeaderContentType)
+	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != echo.MIMEApplicationJSON {
+		return errorf(http.StatusUnsupportedMediaType, CodeUnsupportedMedia, "", "Content-Type must be application/json, not %q", ct)
+	}
+	body, err := io.ReadAll(c.Request().Body)
+	if err != nil {
+		return ToError(err) // *http.MaxBytesError → 413
+	}
+	return strictUnmarshal(body, v)
+}
+
+// strictUnmarshal decodes exactly one JSON value, rejecting unknown fields and trailing data.
+func strictUnmarshal(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errorf(http.StatusBadRequest, CodeBadRequest, "", "unexpected data after the JSON value")
+	}
+	return nil
+}
+
+// jsonError turns a decoding error into a 400 that names the field where possible.
+func jsonError(err error) *Error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return errorf(http.StatusBadRequest, CodeBadRequest, "", "malformed JSON at byte %d: %v", syn.Offset, err)
+	case errors.As(err, &typ):
+		return errorf(http.StatusBadRequest, CodeBadRequest, typ.Field, "%s must be %s, not JSON %s", typ.Field, describeType(typ.Type), typ.Value)
+	case errors.Is(err, io.EOF):
+		return errorf(http.StatusBadRequest, CodeBadRequest, "", "request body is empty")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return errorf(http.StatusBadRequest, CodeBadRequest, "", "request body ends in the middle of a JSON value")
+	}
+	// encoding/json reports unknown fields only as text: `json: unknown field "name"`.
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		field := strings.Trim(name, `"`)
+		return errorf(http.StatusBadRequest, CodeBadRequest, field, "unknown field %q", field)
+	}
+	return errorf(http.StatusBadRequest, CodeBadRequest, "", "invalid JSON: %v", err)
+}
+
+func describeType(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Pointer:
+		return describeType(t.Elem())
+	}
+	return "an object"
+}

@@ -1,0 +1,99 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/edgehook/edgehook/origin/store"
+	"github.com/labstack/echo/v4"
+)
+
+// deliveryStatuses are the values ?status= accepts.
+var deliveryStatuses = []store.Status{store.StatusPending, store.StatusLeased, store.StatusDelivered,
+	store.StatusDead, store.StatusSuperseded, store.StatusHeld}
+
+// ParseStatus validates a delivery status; empty means any.
+func ParseStatus(s string) (store.Status, error) {
+	for _, st := range deliveryStatuses {
+		if string(st) == s || s == "" {
+			return store.Status(s), nil
+		}
+	}
+	return "", fmt.Errorf("%q is not one of pending, leased, delivered, dead, superseded, held", s)
+}
+
+// parseTime reads an optional RFC 3339 time; field names it in the error.
+func parseTime(field, s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, invalid(field, fmt.Errorf("%q is not an RFC 3339 time (2006-01-02T15:04:05Z)", s))
+	}
+	return t, nil
+}
+
+// ParseOverlap reads a rotation overlap window ("0s" ends the old secret at once); empty means
+// DefaultOverlap.
+func ParseOverlap(s string) (time.Duration, error) {
+	if s == "" {
+		return DefaultOverlap, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 || d > store.MaxRotationOverlap {
+		return 0, fmt.Errorf("%q is not a duration from 0s to %s", s, store.MaxRotationOverlap)
+	}
+	return d, nil
+}
+
+// listDeliveries handles GET /v1/deliveries?status=&subscriber=&event=&from=&to=&cursor=&limit=.
+func (s *Server) listDeliveries(c echo.Context) error {
+	q := c.QueryParams()
+	for name := range q {
+		switch name {
+		case "status", "subscriber", "event", "from", "to", "cursor", "limit":
+		default:
+			return errorf(http.StatusBadRequest, CodeBadRequest, name, "unknown query parameter %q", name)
+		}
+	}
+	f := store.DeliveryFilter{SubscriberID: q.Get("subscriber"), EventID: q.Get("event"), Cursor: q.Get("cursor")}
+	var err error
+	if f.Status, err = ParseStatus(q.Get("status")); err != nil {
+		return invalid("status", err)
+	}
+	if f.From, err = parseTime("from", q.Get("from")); err != nil {
+		return err
+	}
+	if f.To, err = parseTime("to", q.Get("to")); err != nil {
+		return err
+	}
+	if l := q.Get("limit"); l != "" {
+		if f.Limit, err = strconv.Atoi(l); err != nil || f.Limit < 1 || f.Limit > store.MaxPageSize {
+			return invalid("limit", fmt.Errorf("%q is not a number from 1 to %d", l, store.MaxPageSize))
+		}
+	}
+	page, err := s.store.ListDeliveries(c.Request().Context(), f)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, NewDeliveryPage(&page))
+}
+
+func (s *Server) getDelivery(c echo.Context) error {
+	d, err := s.store.GetDelivery(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, NewDelivery(d))
+}
+
+func (s *Server) retryDelivery(c echo.Context) error {
+	d, err := s.store.RetryDelivery(c.Request().Context(), c.Param("id"), s.store.Now())
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, NewDelivery(d))
+}

@@ -1,0 +1,57 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/edgehook/edgehook/origin/store"
+	"github.com/labstack/echo/v4"
+)
+
+// emit handles POST /v1/events.
+func (s *Server) emit(c echo.Context) error {
+	var req EventRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	in, err := req.input("")
+	if err != nil {
+		return err
+	}
+	res, err := s.store.Emit(c.Request().Context(), in)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusAccepted, NewEmitResult(res))
+}
+
+// emitBatch handles POST /v1/events/batch: every event or none is written.
+func (s *Server) emitBatch(c echo.Context) error {
+	var req BatchRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	switch n := len(req.Events); {
+	case n == 0:
+		return invalid("events", errRequired)
+	case n > MaxBatch:
+		return invalid("events", fmt.Errorf("has %d events, the maximum is %d", n, MaxBatch))
+	}
+	ins := make([]store.EmitInput, len(req.Events))
+	for i := range req.Events {
+		in, err := req.Events[i].input(fmt.Sprintf("events[%d].", i))
+		if err != nil {
+			return err
+		}
+		ins[i] = in
+	}
+	res, err := s.store.EmitBatch(c.Request().Context(), ins)
+	if err != nil {
+		return err
+	}
+	out := BatchResult{Results: make([]EmitResult, len(res))}
+	for i, r := range res {
+		out.Results[i] = NewEmitResult(r)
+	}
+	return c.JSON(http.StatusAccepted, out)
+}

@@ -1,0 +1,143 @@
+package api
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/edgehook/edgehook/shared/wire"
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+const requestIDKey = "request_id"
+
+// assignRequestID takes a well-formed X-Request-Id from the client (so a caller can correlate) or
+// makes one, and echoes it in the response. A malformed one is replaced, so logs never carry
+// arbitrary client bytes.
+func assignRequestID(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		id := c.Request().Header.Get(echo.HeaderXRequestID)
+		if id == "" || wire.ValidateID(id) != nil {
+			var b [12]byte
+			_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+			id = hex.EncodeToString(b[:])
+		}
+		c.Set(requestIDKey, id)
+		c.Response().Header().Set(echo.HeaderXRequestID, id)
+		return next(c)
+	}
+}
+
+func requestID(c echo.Context) string {
+	id, _ := c.Get(requestIDKey).(string)
+	return id
+}
+
+// httpMetrics are the API's own Prometheus metrics.
+type httpMetrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
+	m := &httpMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgehook_http_requests_total",
+			Help: "API requests by method, route and status code.",
+		}, []string{"method", "route", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "edgehook_http_request_duration_seconds",
+			Help:    "API request latency by route.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8),
+		}, []string{"route"}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.duration} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// accessLog writes one log line per request (never the body or the Authorization header) and
+// counts it. It renders errors itself so the status it records is the one sent.
+func (s *Server) accessLog(m *httpMetrics) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			start := time.Now()
+			if err := next(c); err != nil {
+				c.Error(err)
+			}
+			route := c.Path() // the route pattern, so ids do not explode the label set
+			if route == "" {
+				route = "unmatched"
+			}
+			status, elapsed := c.Response().Status, time.Since(start)
+			m.requests.WithLabelValues(c.Request().Method, route, strconv.Itoa(status)).Inc()
+			m.duration.WithLabelValues(route).Observe(elapsed.Seconds())
+			s.log.Info("request", "request_id", requestID(c), "method", c.Request().Method, "route", route,
+				"status", status, "bytes", c.Response().Size, "duration_ms", float64(elapsed.Microseconds())/1000)
+			return nil
+		}
+	}
+}
+
+// limitBody refuses a declared oversize body at once and caps the reader for the rest, so a body
+// over the limit is a 413 however it is sent.
+func (s *Server) limitBody(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		limit := s.limits.body
+		if c.Path() == "/v1/events/batch" {
+			limit = s.limits.batch
+		}
+		r := c.Request()
+		if r.ContentLength > limit {
+			return errorf(http.StatusRequestEntityTooLarge, CodeTooLarge, "", "request body is over the limit of %d bytes", limit)
+		}
+		r.Body = http.MaxBytesReader(c.Response(), r.Body, limit)
+		return next(c)
+	}
+}
+
+// tokenSet holds SHA-256 digests of the accepted tokens. Comparing digests in constant time hides
+// both the tokens' contents and their lengths.
+type tokenSet struct{ digests [][sha256.Size]byte }
+
+func newTokenSet(tokens []string) *tokenSet {
+	ts := &tokenSet{}
+	for _, t := range tokens {
+		ts.digests = append(ts.digests, sha256.Sum256([]byte(t)))
+	}
+	return ts
+}
+
+// match compares against every token, without stopping at the first match.
+func (ts *tokenSet) match(token string) bool {
+	d := sha256.Sum256([]byte(token))
+	ok := 0
+	for _, want := range ts.digests {
+		ok |= subtle.ConstantTimeCompare(d[:], want[:])
+	}
+	return ok == 1
+}
+
+// authenticate requires "Authorization: Bearer <token>" when tokens are configured.
+func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if len(s.auth.digests) == 0 {
+			return next(c)
+		}
+		scheme, token, _ := strings.Cut(c.Request().Header.Get(echo.HeaderAuthorization), " ")
+		if !strings.EqualFold(scheme, "Bearer") || !s.auth.match(strings.TrimSpace(token)) {
+			c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="edgehook"`)
+			return errorf(http.StatusUnauthorized, CodeUnauthorized, "", "a valid bearer token is required")
+		}
+		return next(c)
+	}
+}

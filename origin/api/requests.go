@@ -1,0 +1,120 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+
+	"github.com/edgehook/edgehook/origin/store"
+	"github.com/edgehook/edgehook/shared/wire"
+)
+
+// EventRequest is one event to emit. Data is kept as the exact bytes received: that is the body
+// every subscriber gets, byte for byte.
+type EventRequest struct {
+	ID          string          `json:"id,omitempty"`
+	Type        string          `json:"type"`
+	Data        json.RawMessage `json:"data"`
+	CoalesceKey string          `json:"coalesce_key,omitempty"`
+}
+
+// BatchRequest is POST /v1/events/batch: up to MaxBatch events, written all or none.
+type BatchRequest struct {
+	Events []EventRequest `json:"events"`
+}
+
+// BatchResult answers a batch, in the order of the request.
+type BatchResult struct {
+	Results []EmitResult `json:"results"`
+}
+
+// input checks what the store cannot see (data present) and converts; field prefixes the field
+// names for a batch ("events[3].").
+func (r *EventRequest) input(field string) (store.EmitInput, error) {
+	if len(r.Data) == 0 {
+		return store.EmitInput{}, &wire.FieldError{Field: field + "data", Err: errRequired}
+	}
+	return store.EmitInput{ID: r.ID, Type: r.Type, Body: r.Data, CoalesceKey: r.CoalesceKey}, nil
+}
+
+// SubscriberRequest creates a subscriber. Zero fields take the defaults.
+type SubscriberRequest struct {
+	ID           string             `json:"id,omitempty"`
+	URL          string             `json:"url"`
+	Events       []string           `json:"events"`
+	Profile      store.Profile      `json:"profile,omitempty"`
+	LegacyPrefix string             `json:"legacy_prefix,omitempty"`
+	Mode         store.Mode         `json:"mode,omitempty"`
+	RatePerSec   float64            `json:"rate_per_sec,omitempty"`
+	Burst        int                `json:"burst,omitempty"`
+	MaxInFlight  int                `json:"max_in_flight,omitempty"`
+	TimeoutMS    int64              `json:"timeout_ms,omitempty"`
+	Headers      map[string]string  `json:"headers,omitempty"`
+	Coalesce     *wire.CoalesceRule `json:"coalesce,omitempty"`
+}
+
+// Input converts the request for the store.
+func (r *SubscriberRequest) Input() store.SubscriberInput {
+	return store.SubscriberInput{ID: r.ID, URL: r.URL, Events: r.Events, Profile: r.Profile, LegacyPrefix: r.LegacyPrefix,
+		Mode: r.Mode, RatePerSec: r.RatePerSec, Burst: r.Burst, MaxInFlight: r.MaxInFlight, TimeoutMS: r.TimeoutMS,
+		Headers: r.Headers, Coalesce: r.Coalesce}
+}
+
+// SubscriberUpdate changes some settings; absent fields are left alone, and "coalesce": null
+// removes coalescing.
+type SubscriberUpdate struct {
+	URL          *string            `json:"url,omitempty"`
+	Events       *[]string          `json:"events,omitempty"`
+	Profile      *store.Profile     `json:"profile,omitempty"`
+	LegacyPrefix *string            `json:"legacy_prefix,omitempty"`
+	Mode         *store.Mode        `json:"mode,omitempty"`
+	RatePerSec   *float64           `json:"rate_per_sec,omitempty"`
+	Burst        *int               `json:"burst,omitempty"`
+	MaxInFlight  *int               `json:"max_in_flight,omitempty"`
+	TimeoutMS    *int64             `json:"timeout_ms,omitempty"`
+	Headers      *map[string]string `json:"headers,omitempty"`
+	Coalesce     json.RawMessage    `json:"coalesce,omitempty"`
+}
+
+// Patch converts the request for the store.
+func (r *SubscriberUpdate) Patch() (store.SubscriberPatch, error) {
+	p := store.SubscriberPatch{URL: r.URL, Events: r.Events, Profile: r.Profile, LegacyPrefix: r.LegacyPrefix, Mode: r.Mode,
+		RatePerSec: r.RatePerSec, Burst: r.Burst, MaxInFlight: r.MaxInFlight, TimeoutMS: r.TimeoutMS, Headers: r.Headers}
+	if r.Coalesce != nil {
+		var rule *wire.CoalesceRule
+		if err := strictUnmarshal(r.Coalesce, &rule); err != nil {
+			e := ToError(err)
+			e.Field = "coalesce" + prefixed(e.Field)
+			return p, e
+		}
+		p.Coalesce = &rule
+	}
+	return p, nil
+}
+
+func prefixed(field string) string {
+	if field == "" {
+		return ""
+	}
+	return "." + field
+}
+
+// RotateRequest is the optional body of rotate-secret.
+type RotateRequest struct {
+	// Overlap is how long the old secret stays valid, as a Go duration ("24h"); empty: the
+	// server's default.
+	Overlap string `json:"overlap,omitempty"`
+}
+
+// ReplayRequest selects the dead deliveries of a subscriber to queue again: those that died in
+// [from, to). Both are RFC 3339 times; empty means unbounded.
+type ReplayRequest struct {
+	From string `json:"from,omitempty"`
+	To   string `json:"to,omitempty"`
+}
+
+// ReplayResult tells how many dead deliveries were queued again.
+type ReplayResult struct {
+	Replayed int64 `json:"replayed"`
+}
+
+var errRequired = errors.New("is required")

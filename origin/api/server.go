@@ -1,0 +1,129 @@
+// Package api is edgehook's HTTP API: echo routes under /v1, strict JSON in and out, bearer-token
+// auth, request ids, access logs and Prometheus metrics. It holds no SQL: every read and write goes
+// through the store, and every failure leaves through one error type (Error) mapped in one place.
+package api
+
+import (
+	"log/slog"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Defaults for Options.
+const (
+	DefaultBodyLimit      = 256 << 10
+	DefaultBatchBodyLimit = 8 << 20
+	// MaxBatch is the most events one POST /v1/events/batch may carry.
+	MaxBatch = 1000
+)
+
+// Options configure a Server. Store and Registry are required.
+type Options struct {
+	Store Store
+	// Tokens are the accepted bearer tokens; empty turns authentication off (only sensible on a
+	// loopback address, which the command line enforces).
+	Tokens []string
+	// BodyLimit bounds a request body (and so one event's data); BatchBodyLimit bounds the body
+	// of POST /v1/events/batch. Zero means the default.
+	BodyLimit      int64
+	BatchBodyLimit int64
+	Logger         *slog.Logger
+	// Registry receives the API's own metrics and is what GET /metrics serves; the caller
+	// registers the engine's metrics and the Go and process collectors on it too.
+	Registry *prometheus.Registry
+}
+
+// Server is the HTTP API. It is an http.Handler.
+type Server struct {
+	e      *echo.Echo
+	store  Store
+	log    *slog.Logger
+	auth   *tokenSet
+	limits limits
+}
+
+type limits struct{ body, batch int64 }
+
+// New builds the server and its routes.
+func New(o Options) (*Server, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.BodyLimit <= 0 {
+		o.BodyLimit = DefaultBodyLimit
+	}
+	if o.BatchBodyLimit <= 0 {
+		o.BatchBodyLimit = DefaultBatchBodyLimit
+	}
+	m, err := newHTTPMetrics(o.Registry)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{e: echo.New(), store: o.Store, log: o.Logger, auth: newTokenSet(o.Tokens), limits: limits{o.BodyLimit, o.BatchBodyLimit}}
+	s.e.HideBanner, s.e.HidePort = true, true
+	s.e.HTTPErrorHandler = s.errorHandler
+	s.e.Use(assignRequestID, s.accessLog(m), s.limitBody)
+
+	s.e.GET("/healthz", s.healthz)
+	s.e.GET("/readyz", s.readyz)
+	s.e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{Registry: o.Registry})), s.authenticate)
+
+	v1 := s.e.Group("/v1", s.authenticate)
+	v1.POST("/events", s.emit)
+	v1.POST("/events/batch", s.emitBatch)
+	v1.GET("/stats", s.stats)
+
+	v1.POST("/subscribers", s.createSubscriber)
+	v1.GET("/subscribers", s.listSubscribers)
+	v1.GET("/subscribers/:id", s.getSubscriber)
+	v1.PATCH("/subscribers/:id", s.updateSubscriber)
+	v1.DELETE("/subscribers/:id", s.deleteSubscriber)
+	v1.POST("/subscribers/:id/pause", s.pauseSubscriber)
+	v1.POST("/subscribers/:id/resume", s.resumeSubscriber)
+	v1.POST("/subscribers/:id/rotate-secret", s.rotateSecret)
+	v1.POST("/subscribers/:id/replay", s.replayDead)
+
+	v1.GET("/deliveries", s.listDeliveries)
+	v1.GET("/deliveries/:id", s.getDelivery)
+	v1.POST("/deliveries/:id/retry", s.retryDelivery)
+	return s, nil
+}
+
+// ServeHTTP serves the API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.e.ServeHTTP(w, r) }
+
+// Route is one method and path the server answers, as written in docs/openapi.yaml
+// ("/v1/subscribers/{id}").
+type Route struct{ Method, Path string }
+
+// Routes lists every route the server answers.
+func (s *Server) Routes() []Route {
+	var out []Route
+	for _, r := range s.e.Routes() {
+		out = append(out, Route{Method: r.Method, Path: openAPIPath(r.Path)})
+	}
+	return out
+}
+
+// openAPIPath turns echo's ":id" parameters into OpenAPI's "{id}".
+func openAPIPath(p string) string {
+	b := []byte{}
+	for i := 0; i < len(p); i++ {
+		if p[i] != ':' {
+			b = append(b, p[i])
+			continue
+		}
+		j := i + 1
+		for j < len(p) && p[j] != '/' {
+			j++
+		}
+		b = append(b, '{')
+		b = append(b, p[i+1:j]...)
+		b = append(b, '}')
+		i = j - 1
+	}
+	return string(b)
+}

@@ -1,0 +1,127 @@
+package api
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+)
+
+// DefaultOverlap is how long the previous secret stays valid after a rotation when the request
+// does not say: a day lets every receiver pick up the new secret.
+const DefaultOverlap = 24 * time.Hour
+
+func (s *Server) createSubscriber(c echo.Context) error {
+	var req SubscriberRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	sub, err := s.store.CreateSubscriber(c.Request().Context(), req.Input())
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, NewSubscriberWithSecret(sub))
+}
+
+func (s *Server) listSubscribers(c echo.Context) error {
+	subs, err := s.store.ListSubscribers(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Subscribers []Subscriber `json:"subscribers"`
+	}{make([]Subscriber, len(subs))}
+	for i := range subs {
+		out.Subscribers[i] = NewSubscriber(subs[i])
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (s *Server) getSubscriber(c echo.Context) error {
+	sub, err := s.store.GetSubscriber(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, NewSubscriber(sub))
+}
+
+func (s *Server) updateSubscriber(c echo.Context) error {
+	var req SubscriberUpdate
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	patch, err := req.Patch()
+	if err != nil {
+		return err
+	}
+	sub, err := s.store.UpdateSubscriber(c.Request().Context(), c.Param("id"), patch)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, NewSubscriber(sub))
+}
+
+func (s *Server) deleteSubscriber(c echo.Context) error {
+	if err := s.store.DeleteSubscriber(c.Request().Context(), c.Param("id")); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (s *Server) pauseSubscriber(c echo.Context) error {
+	sub, err := s.store.PauseSubscriber(c.Request().Context(), c.Param("id"), "paused by an operator")
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, NewSubscriber(sub))
+}
+
+func (s *Server) resumeSubscriber(c echo.Context) error {
+	sub, err := s.store.ResumeSubscriber(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, NewSubscriber(sub))
+}
+
+// rotateSecret handles POST /v1/subscribers/{id}/rotate-secret with an optional body.
+func (s *Server) rotateSecret(c echo.Context) error {
+	var req RotateRequest
+	if c.Request().ContentLength != 0 {
+		if err := decodeJSON(c, &req); err != nil {
+			return err
+		}
+	}
+	overlap, err := ParseOverlap(req.Overlap)
+	if err != nil {
+		return invalid("overlap", err)
+	}
+	sub, err := s.store.RotateSecret(c.Request().Context(), c.Param("id"), overlap)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, NewSubscriberWithSecret(sub))
+}
+
+// replayDead handles POST /v1/subscribers/{id}/replay.
+func (s *Server) replayDead(c echo.Context) error {
+	var req ReplayRequest
+	if c.Request().ContentLength != 0 {
+		if err := decodeJSON(c, &req); err != nil {
+			return err
+		}
+	}
+	from, err := parseTime("from", req.From)
+	if err != nil {
+		return err
+	}
+	to, err := parseTime("to", req.To)
+	if err != nil {
+		return err
+	}
+	n, err := s.store.ReplayDead(c.Request().Context(), c.Param("id"), from, to, s.store.Now())
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, ReplayResult{Replayed: n})
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/edgehook/edgehook/origin/api"
+	"github.com/edgehook/edgehook/origin/store"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// listFlags are the filters and paging of `deliveries list` and `dead list`.
+type listFlags struct {
+	status, subscriber, event, from, to, cursor string
+	limit                                       int
+	json                                        bool
+}
+
+func (f *listFlags) register(fs *pflag.FlagSet, withStatus bool) {
+	if withStatus {
+		fs.StringVar(&f.status, "status", "", "only this status: pending, leased, delivered, dead, superseded or held")
+	}
+	fs.StringVar(&f.subscriber, "subscriber", "", "only this subscriber id")
+	fs.StringVar(&f.event, "event", "", "only this event id")
+	fs.StringVar(&f.from, "from", "", "created at or after this RFC 3339 time")
+	fs.StringVar(&f.to, "to", "", "created before this RFC 3339 time")
+	fs.StringVar(&f.cursor, "cursor", "", "continue after a previous page (its next cursor)")
+	fs.IntVar(&f.limit, "limit", 100, fmt.Sprintf("deliveries per page, 1 to %d", store.MaxPageSize))
+	fs.BoolVar(&f.json, "json", false, "print JSON instead of a table")
+}
+
+func (f *listFlags) filter() (store.DeliveryFilter, error) {
+	st, err := api.ParseStatus(f.status)
+	if err != nil {
+		return store.DeliveryFilter{}, usagef("--status: %v", err)
+	}
+	from, err := parseFlagTime("from", f.from)
+	if err != nil {
+		return store.DeliveryFilter{}, err
+	}
+	to, err := parseFlagTime("to", f.to)
+	if err != nil {
+		return store.DeliveryFilter{}, err
+	}
+	if f.limit < 1 || f.limit > store.MaxPageSize {
+		return store.DeliveryFilter{}, usagef("--limit: %d is not from 1 to %d", f.limit, store.MaxPageSize)
+	}
+	return store.DeliveryFilter{Status: st, SubscriberID: f.subscriber, EventID: f.event, From: from, To: to, Cursor: f.cursor, Limit: f.limit}, nil
+}
+
+// parseFlagTime reads an optional RFC 3339 time given to --name.
+func parseFlagTime(name, s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, usagef("--%s: %q is not an RFC 3339 time (2006-01-02T15:04:05Z)", name, s)
+	}
+	return t, nil
+}
+
+// listDeliveries prints one page as a table (the next cursor on the last line) or as JSON.
+func listDeliveries(cmd *cobra.Command, f *listFlags) error {
+	filter, err := f.filter()
+	if err != nil {
+		return err
+	}
+	return withStore(cmd, func(ctx context.Context, st *store.Store) error {
+		page, err := st.ListDeliveries(ctx, filter)
+		if err != nil {
+			return flagError(err)
+		}
+		v := api.NewDeliveryPage(&page)
+		if f.json {
+			return printJSON(cmd.OutOrStdout(), v)
+		}
+		return printDeliveries(cmd.OutOrStdout(), v)
+	})
+}
+
+func printDeliveries(w io.Writer, p api.DeliveryPage) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATUS\tSUBSCRIBER\tEVENT\tTYPE\tATTEMPTS\tLAST\tCREATED")
+	for _, d := range p.Deliveries {
+		last := d.LastError
+		if d.LastStatus != 0 {
+			last = fmt.Sprintf("%d %s", d.LastStatus, d.LastError)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%.40s\t%s\n", d.ID, d.Status, d.SubscriberID, d.EventID, d.EventType,
+			d.Attempts, last, d.CreatedAt.Format(time.RFC3339))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if p.NextCursor != "" {
+		_, err := fmt.Fprintf(w, "more: --cursor %s\n", p.NextCursor)
+		return err
+	}
+	return nil
+}
+
+func init() {
+	group := &cobra.Command{Use: "deliveries", Aliases: []string{"delivery"}, Short: "Inspect and retry deliveries (directly on the database file)", Args: noArgs}
+
+	var lf listFlags
+	listCmd := &cobra.Command{
+		Use:     "list",
+		Short:   "List deliveries, newest first, one page at a time",
+		Example: `  edgehook deliveries list --subscriber sub_123 --status pending --limit 20`,
+		Args:    noArgs,
+		RunE:    func(cmd *cobra.Command, _ []string) error { return listDeliveries(cmd, &lf) },
+	}
+	lf.register(listCmd.Flags(), true)
+
+	showCmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show one delivery with its attempts",
+		Args:  exactArgs("ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withStore(cmd, func(ctx context.Context, st *store.Store) error {
+				d, err := st.GetDelivery(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				return printJSON(cmd.OutOrStdout(), api.NewDelivery(d))
+			})
+		},
+	}
+	retryCmd := &cobra.Command{
+		Use:   "retry ID",
+		Short: "Queue a dead or held delivery again, due now",
+		Args:  exactArgs("ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withStore(cmd, func(ctx context.Context, st *store.Store) error {
+				d, err := st.RetryDelivery(ctx, args[0], st.Now())
+				if err != nil {
+					return err
+				}
+				return printJSON(cmd.OutOrStdout(), api.NewDelivery(d))
+			})
+		},
+	}
+	group.AddCommand(listCmd, showCmd, retryCmd)
+	rootCmd.AddCommand(group)
+}

@@ -1,0 +1,48 @@
+// Command edgehook is the origin of edgehook: the HTTP API and delivery engine (serve), a bounded
+// drain for cron (drain), and the commands that manage events, subscribers and deliveries directly
+// on the database file.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	// SIGINT and SIGTERM cancel the context: serve and drain stop claiming, finish or release what
+	// is in flight, and exit 0.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := rootCmd.ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "edgehook: "+oneLine(err))
+		os.Exit(exitCode(err))
+	}
+}
+
+// usageError is a mistake on the command line (a flag, a value or an argument): exit status 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+func exitCode(err error) int {
+	var ue usageError
+	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command") {
+		return 2
+	}
+	return 1
+}
+
+// oneLine keeps the first line of an error: cobra appends suggestions and hints on further lines.
+func oneLine(err error) string {
+	msg, _, _ := strings.Cut(err.Error(), "\n")
+	return strings.TrimSpace(msg)
+}

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/edgehook/edgehook/origin/config"
+	"github.com/edgehook/edgehook/origin/store"
+	"github.com/edgehook/edgehook/shared/wire"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// Defaults of the global settings.
+const (
+	DefaultDB        = "edgehook.db"
+	DefaultLogFormat = "text"
+	DefaultLogLevel  = "info"
+)
+
+// global holds the settings every command shares.
+var global struct {
+	configPath  string
+	db          string
+	synchronous string
+	busyTimeout time.Duration
+	bodyLimit   config.ByteSize
+	backlogCap  int64
+	queueCap    int64
+	logFormat   string
+	logLevel    string
+}
+
+// rootCmd is the edgehook command. Every command group adds itself in its own file's init, so other
+// areas (the edge harness) can add subcommands without touching this file.
+var rootCmd = &cobra.Command{
+	Use:   "edgehook",
+	Short: "Durable, rate-limited webhook fan-out: an SQLite queue, an HTTP API and a delivery engine",
+	Long: `edgehook stores product events in an SQLite file and delivers them to subscribers, directly or
+through the edge relay, with rate limits, retries and dead letters.
+
+Settings come from flags, then EDGEHOOK_* environment variables (--body-limit is
+EDGEHOOK_BODY_LIMIT), then the JSON config file named by --config (keys like "body_limit").
+The data commands (emit, subscribers, deliveries, dead, edge export-kv, migrate) work directly on
+the database file, so they need no running server.`,
+	SilenceUsage:  true,
+	SilenceErrors: true,
+}
+
+func init() {
+	rootCmd.PersistentPreRunE = loadSettings // set here: loadSettings walks rootCmd
+	pf := rootCmd.PersistentFlags()
+	pf.StringVar(&global.configPath, "config", "", "JSON config file (also EDGEHOOK_CONFIG)")
+	pf.StringVar(&global.db, "db", DefaultDB, "SQLite database file (created if missing)")
+	pf.StringVar(&global.synchronous, "synchronous", store.SyncNormal, "SQLite synchronous mode: NORMAL (durable across a process crash) or FULL (also across power loss)")
+	pf.DurationVar(&global.busyTimeout, "busy-timeout", store.DefaultBusyTimeout, "how long a write waits for another process's lock")
+	global.bodyLimit = store.DefaultMaxBodyBytes
+	pf.Var(&global.bodyLimit, "body-limit", "largest event data, and the largest API request body")
+	pf.Int64Var(&global.backlogCap, "backlog-cap", store.DefaultBacklogCap, "pending deliveries per subscriber before the oldest are dead-lettered")
+	pf.Int64Var(&global.queueCap, "queue-cap", store.DefaultGlobalCap, "pending and in-flight deliveries before emits are refused (HTTP 429)")
+	pf.StringVar(&global.logFormat, "log-format", DefaultLogFormat, "log format: text or json")
+	pf.StringVar(&global.logLevel, "log-level", DefaultLogLevel, "log level: debug, info, warn or error")
+	config.Mark(pf, "db", "synchronous", "busy-timeout", "body-limit", "backlog-cap", "queue-cap", "log-format", "log-level")
+	rootCmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+}
+
+// loadSettings fills the flags the command line left unset from the environment and the config
+// file, then checks the global ones.
+func loadSettings(cmd *cobra.Command, _ []string) error {
+	path := global.configPath
+	if !cmd.Flags().Changed("config") {
+		path = os.Getenv("EDGEHOOK_CONFIG")
+	}
+	var file config.File
+	if path != "" {
+		var err error
+		if file, err = config.ReadFile(path, knownSetting); err != nil {
+			return usageError{err}
+		}
+	}
+	if err := config.Apply(cmd.Flags(), os.LookupEnv, file, path); err != nil {
+		return usageError{err}
+	}
+	if _, err := newLogger(io.Discard); err != nil {
+		return err
+	}
+	return checkGlobal()
+}
+
+// checkGlobal validates the global settings, naming the flag at fault.
+func checkGlobal() error {
+	switch {
+	case global.db == "":
+		return usagef("--db: must name a database file")
+	case !strings.EqualFold(global.synchronous, store.SyncNormal) && !strings.EqualFold(global.synchronous, store.SyncFull):
+		return usagef("--synchronous: %q is not NORMAL or FULL", global.synchronous)
+	case global.busyTimeout <= 0:
+		return usagef("--busy-timeout: must be positive, not %s", global.busyTimeout)
+	case global.bodyLimit < 1024:
+		return usagef("--body-limit: %s is below the minimum of 1KiB", global.bodyLimit)
+	case global.backlogCap < 1:
+		return usagef("--backlog-cap: must be at least 1, not %d", global.backlogCap)
+	case global.queueCap < 1:
+		return usagef("--queue-cap: must be at least 1, not %d", global.queueCap)
+	}
+	return nil
+}
+
+// openStore opens the database the global settings name (creating and migrating it as needed).
+func openStore(ctx context.Context) (*store.Store, error) {
+	st, err := store.Open(ctx, store.Options{Path: global.db, Synchronous: global.synchronous, BusyTimeout: global.busyTimeout,
+		MaxBodyBytes: int(global.bodyLimit), BacklogCap: global.backlogCap, GlobalCap: global.queueCap})
+	if err != nil {
+		return nil, fmt.Errorf("open database %s: %w", global.db, err)
+	}
+	return st, nil
+}
+
+// withStore runs fn on the open database and closes it.
+func withStore(cmd *cobra.Command, fn func(ctx context.Context, st *store.Store) error) error {
+	ctx := cmd.Context()
+	st, err := openStore(ctx)
+	if err != nil {
+		return err
+	}
+	return errors.Join(fn(ctx, st), st.Close())
+}
+
+// knownSetting reports whether key is a setting of any command, so one config file can serve them
+// all while a misspelt key is still an error.
+func knownSetting(key string) bool {
+	found := false
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		visit := func(f *pflag.Flag) {
+			if config.IsSetting(f) && config.FileKey(f.Name) == key {
+				found = true
+			}
+		}
+		c.LocalFlags().VisitAll(visit)
+		c.PersistentFlags().VisitAll(visit)
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(rootCmd)
+	return found
+}
+
+// newLogger builds the slog logger the global settings ask for, writing to w.
+func newLogger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(global.logLevel)); err != nil {
+		return nil, usagef("--log-level: %q is not one of debug, info, warn, error", global.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch strings.ToLower(global.logFormat) {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usagef("--log-format: %q is not text or json", global.logFormat)
+}
+
+// noArgs rejects positional arguments with a usage error.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usagef("%s takes no arguments, got %q", cmd.CommandPath(), args[0])
+	}
+	return nil
+}
+
+// exactArgs wants n positional arguments, described by names for the error.
+func exactArgs(names ...string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != len(names) {
+			return usagef("%s needs %d argument(s): %s; got %d", cmd.CommandPath(), len(names), strings.Join(names, " "), len(args))
+		}
+		return nil
+	}
+}
+
+// printJSON writes v as indented JSON.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// fieldFlags maps the store's field names to the flags that carry them where the names differ.
+var fieldFlags = map[string]string{
+	"rate_per_sec": "rate", "timeout_ms": "timeout", "headers": "header", "body": "data",
+	"coalesce.event_types": "coalesce-types", "coalesce.key": "coalesce-key", "coalesce.window_seconds": "coalesce-window",
+}
+
+// flagError rewrites a validation error from the store to name the flag instead of the field:
+// `url: "ftp://x" must be …` becomes `--url: "ftp://x" must be …`. Other errors pass unchanged.
+func flagError(err error) error {
+	var fe *wire.FieldError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	field := fe.Field
+	if i := strings.IndexByte(field, '['); i >= 0 {
+		field = field[:i]
+	}
+	name, ok := fieldFlags[field]
+	if !ok {
+		if i := strings.IndexByte(field, '.'); i >= 0 {
+			field = field[:i]
+		}
+		name = strings.ReplaceAll(field, "_", "-")
+	}
+	return usagef("--%s: %v", name, fe.Err)
+}

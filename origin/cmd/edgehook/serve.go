@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/edgehook/edgehook/origin/api"
+	"github.com/edgehook/edgehook/origin/config"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+)
+
+// Defaults of serve.
+const (
+	DefaultListen        = "127.0.0.1:8080"
+	DefaultShutdownGrace = 10 * time.Second
+)
+
+var serveFlags struct {
+	listen         string
+	tokens         []string
+	batchBodyLimit config.ByteSize
+	shutdownGrace  time.Duration
+}
+
+func init() {
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the HTTP API and the delivery engine until SIGTERM or SIGINT",
+		Long: `Serve runs the HTTP API (see docs/openapi.yaml) and the delivery engine on the database file.
+On SIGTERM or SIGINT it stops accepting requests and claiming deliveries, lets requests and sends in
+flight finish for up to --shutdown-grace, releases what is left, and exits 0.
+
+Listening on anything but a loopback address requires at least one --token.`,
+		Example: `  edgehook serve
+  EDGEHOOK_TOKEN=s3cret edgehook serve --listen 0.0.0.0:8080`,
+		Args: noArgs,
+		RunE: runServe,
+	}
+	f := cmd.Flags()
+	f.StringVar(&serveFlags.listen, "listen", DefaultListen, "address of the HTTP API (host:port)")
+	f.StringSliceVar(&serveFlags.tokens, "token", nil, "accepted bearer token (comma-separated or repeated); none: no auth, loopback only")
+	serveFlags.batchBodyLimit = api.DefaultBatchBodyLimit
+	f.Var(&serveFlags.batchBodyLimit, "batch-body-limit", "largest POST /v1/events/batch body")
+	f.DurationVar(&serveFlags.shutdownGrace, "shutdown-grace", DefaultShutdownGrace, "how long requests and sends in flight may finish after SIGTERM")
+	config.Mark(f, "listen", "token", "batch-body-limit", "shutdown-grace")
+	rootCmd.AddCommand(cmd)
+}
+
+// checkServe validates serve's settings; the API must not be open to a network without a token.
+func checkServe() error {
+	host, _, err := net.SplitHostPort(serveFlags.listen)
+	if err != nil {
+		return usagef("--listen: %q is not host:port: %v", serveFlags.listen, err)
+	}
+	for _, t := range serveFlags.tokens {
+		if strings.TrimSpace(t) == "" || strings.ContainsAny(t, " \t\r\n") {
+			return usagef("--token: tokens must be non-empty and contain no white space")
+		}
+	}
+	if len(serveFlags.tokens) == 0 && !isLoopback(host) {
+		return usagef("--listen: %s is not a loopback address; set --token (or EDGEHOOK_TOKEN) to serve on it", serveFlags.listen)
+	}
+	if serveFlags.batchBodyLimit < global.bodyLimit {
+		return usagef("--batch-body-limit: %s is below --body-limit %s", serveFlags.batchBodyLimit, global.bodyLimit)
+	}
+	if serveFlags.shutdownGrace <= 0 {
+		return usagef("--shutdown-grace: must be positive, not %s", serveFlags.shutdownGrace)
+	}
+	return nil
+}
+
+// isLoopback reports whether host names only loopback addresses. An empty host means every
+// interface, and a name other than "localhost" could resolve anywhere: neither is loopback.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// newRegistry is the Prometheus registry /metrics serves, with the Go and process collectors.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+func runServe(cmd *cobra.Command, _ []string) error {
+	if err := checkServe(); err != nil {
+		return err
+	}
+	log, err := newLogger(os.Stderr)
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	st, err := openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	reg := newRegistry()
+	srv, err := api.New(api.Options{Store: st, Tokens: serveFlags.tokens, BodyLimit: int64(global.bodyLimit),
+		BatchBodyLimit: int64(serveFlags.batchBodyLimit), Logger: log, Registry: reg})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", serveFlags.listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	log.Info("serving", "addr", ln.Addr().String(), "db", global.db, "auth", len(serveFlags.tokens) > 0, "version", Version())
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "grace", serveFlags.shutdownGrace)
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), serveFlags.shutdownGrace)
+	defer cancel()
+	err = hs.Shutdown(shutdownCtx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = hs.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("http server shutdown: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}

@@ -1,0 +1,288 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/edgehook/edgehook/origin/api"
+	"github.com/edgehook/edgehook/origin/store"
+	"github.com/edgehook/edgehook/shared/wire"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// subscriberFlags are the settings of `subscribers add` and `subscribers update`.
+type subscriberFlags struct {
+	id, url, profile, legacyPrefix, mode string
+	events, headers, coalesceTypes       []string
+	rate                                 float64
+	burst, maxInFlight                   int
+	timeout                              time.Duration
+	coalesceKey                          string
+	coalesceWindow                       time.Duration
+	noCoalesce                           bool
+}
+
+func (f *subscriberFlags) register(fs *pflag.FlagSet, creating bool) {
+	if creating {
+		fs.StringVar(&f.id, "id", "", "subscriber id (default: generated)")
+	}
+	fs.StringVar(&f.url, "url", "", "endpoint URL (http or https)")
+	fs.StringSliceVar(&f.events, "events", nil, `event patterns: "*", an exact type or "prefix.*" (comma-separated or repeated)`)
+	fs.StringVar(&f.profile, "profile", "", "signature profile: standard (default) or legacy")
+	fs.StringVar(&f.legacyPrefix, "legacy-prefix", "", "legacy profile header prefix, e.g. VVV for X-VVV-Signature")
+	fs.StringVar(&f.mode, "mode", "", "route: direct (default) or edge")
+	fs.Float64Var(&f.rate, "rate", 0, fmt.Sprintf("deliveries per second (default %g)", store.DefaultRatePerSec))
+	fs.IntVar(&f.burst, "burst", 0, fmt.Sprintf("token bucket size (default %d)", store.DefaultBurst))
+	fs.IntVar(&f.maxInFlight, "max-in-flight", 0, fmt.Sprintf("concurrent deliveries at most (default %d)", store.DefaultMaxInFlight))
+	fs.DurationVar(&f.timeout, "timeout", 0, fmt.Sprintf("per-request timeout (default %s)", wire.DefaultTimeout))
+	fs.StringArrayVar(&f.headers, "header", nil, `extra request header "Name: value" (repeatable)`)
+	fs.StringSliceVar(&f.coalesceTypes, "coalesce-types", nil, "event patterns whose deliveries coalesce (latest wins)")
+	fs.StringVar(&f.coalesceKey, "coalesce-key", "", "payload field whose value is the coalesce key, e.g. video_id")
+	fs.DurationVar(&f.coalesceWindow, "coalesce-window", 0, "at most one forward per key per window at the edge, e.g. 30s")
+	if !creating {
+		fs.BoolVar(&f.noCoalesce, "no-coalesce", false, "remove coalescing")
+	}
+}
+
+func (f *subscriberFlags) parsedHeaders() (map[string]string, error) {
+	if len(f.headers) == 0 {
+		return nil, nil
+	}
+	h := make(map[string]string, len(f.headers))
+	for _, kv := range f.headers {
+		name, value, ok := strings.Cut(kv, ":")
+		if !ok {
+			return nil, usagef("--header: %q is not \"Name: value\"", kv)
+		}
+		h[strings.TrimSpace(name)] = strings.TrimSpace(value)
+	}
+	return h, nil
+}
+
+func (f *subscriberFlags) coalesceRule(fs *pflag.FlagSet) (*wire.CoalesceRule, error) {
+	if !fs.Changed("coalesce-types") && !fs.Changed("coalesce-key") && !fs.Changed("coalesce-window") {
+		return nil, nil
+	}
+	if len(f.coalesceTypes) == 0 || f.coalesceKey == "" || f.coalesceWindow <= 0 {
+		return nil, usagef("--coalesce-types, --coalesce-key and --coalesce-window go together")
+	}
+	if f.coalesceWindow%time.Second != 0 {
+		return nil, usagef("--coalesce-window: %s is not a whole number of seconds", f.coalesceWindow)
+	}
+	return &wire.CoalesceRule{EventTypes: f.coalesceTypes, Key: f.coalesceKey, WindowSeconds: int64(f.coalesceWindow / time.Second)}, nil
+}
+
+func (f *subscriberFlags) input(fs *pflag.FlagSet) (store.SubscriberInput, error) {
+	headers, err := f.parsedHeaders()
+	if err != nil {
+		return store.SubscriberInput{}, err
+	}
+	rule, err := f.coalesceRule(fs)
+	if err != nil {
+		return store.SubscriberInput{}, err
+	}
+	return store.SubscriberInput{ID: f.id, URL: f.url, Events: f.events, Profile: store.Profile(f.profile), LegacyPrefix: f.legacyPrefix,
+		Mode: store.Mode(f.mode), RatePerSec: f.rate, Burst: f.burst, MaxInFlight: f.maxInFlight, TimeoutMS: f.timeout.Milliseconds(),
+		Headers: headers, Coalesce: rule}, nil
+}
+
+// patch carries only the flags given on the command line.
+func (f *subscriberFlags) patch(fs *pflag.FlagSet) (store.SubscriberPatch, error) {
+	var p store.SubscriberPatch
+	set := fs.Changed
+	if set("url") {
+		p.URL = &f.url
+	}
+	if set("events") {
+		p.Events = &f.events
+	}
+	if set("profile") {
+		pr := store.Profile(f.profile)
+		p.Profile = &pr
+	}
+	if set("legacy-prefix") {
+		p.LegacyPrefix = &f.legacyPrefix
+	}
+	if set("mode") {
+		m := store.Mode(f.mode)
+		p.Mode = &m
+	}
+	if set("rate") {
+		p.RatePerSec = &f.rate
+	}
+	if set("burst") {
+		p.Burst = &f.burst
+	}
+	if set("max-in-flight") {
+		p.MaxInFlight = &f.maxInFlight
+	}
+	if set("timeout") {
+		ms := f.timeout.Milliseconds()
+		p.TimeoutMS = &ms
+	}
+	if set("header") {
+		h, err := f.parsedHeaders()
+		if err != nil {
+			return p, err
+		}
+		p.Headers = &h
+	}
+	rule, err := f.coalesceRule(fs)
+	switch {
+	case err != nil:
+		return p, err
+	case rule != nil && f.noCoalesce:
+		return p, usagef("--no-coalesce conflicts with --coalesce-types, --coalesce-key and --coalesce-window")
+	case rule != nil:
+		p.Coalesce = &rule
+	case f.noCoalesce:
+		var none *wire.CoalesceRule
+		p.Coalesce = &none
+	}
+	return p, nil
+}
+
+func init() {
+	group := &cobra.Command{Use: "subscribers", Aliases: []string{"subscriber", "subs"}, Short: "Manage subscribers (directly on the database file)", Args: noArgs}
+
+	var add subscriberFlags
+	addCmd := &cobra.Command{
+		Use:   "add --url URL --events PATTERNS",
+		Short: "Create a subscriber; prints it with its signing secret, which is shown only this once",
+		Example: `  edgehook subscribers add --url https://example.com/hooks --events 'video.*'
+  edgehook subscribers add --id legacy --url https://old.example.com/in --events '*' --profile legacy --legacy-prefix VVV`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			in, err := add.input(cmd.Flags())
+			if err != nil {
+				return err
+			}
+			return withStore(cmd, func(ctx context.Context, st *store.Store) error {
+				sub, err := st.CreateSubscriber(ctx, in)
+				if err != nil {
+					return flagError(err)
+				}
+				return printJSON(cmd.OutOrStdout(), api.NewSubscriberWithSecret(sub))
+			})
+		},
+	}
+	add.register(addCmd.Flags(), true)
+
+	var listJSON bool
+	listCmd := &cobra.Command{
+		Use:   "list",
+		Short: "List subscribers",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withStore(cmd, func(ctx context.Context, st *store.Store) error {
+				subs, err := st.ListSubscribers(ctx)
+				if err != nil {
+					return err
+				}
+				views := make([]api.Subscriber, len(subs))
+				for i, s := range subs {
+					views[i] = api.NewSubscriber(s)
+				}
+				if listJSON {
+					return printJSON(cmd.OutOrStdout(), views)
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tSTATE\tMODE\tEVENTS\tURL")
+				for _, s := range views {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.ID, s.State, s.Mode, strings.Join(s.Events, ","), s.URL)
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	listCmd.Flags().BoolVar(&listJSON, "json", false, "print JSON instead of a table")
+
+	showCmd := subscriberAction("show ID", "Show one subscriber (never its secrets)", func(ctx context.Context, st *store.Store, id string) (any, error) {
+		sub, err := st.GetSubscriber(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		return api.NewSubscriber(sub), nil
+	})
+
+	var upd subscriberFlags
+	updateCmd := &cobra.Command{
+		Use:     "update ID [flags]",
+		Short:   "Change some settings of a subscriber; flags not given are kept",
+		Example: `  edgehook subscribers update sub_123 --rate 50 --burst 100`,
+		Args:    exactArgs("ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := upd.patch(cmd.Flags())
+			if err != nil {
+				return err
+			}
+			return withStore(cmd, func(ctx context.Context, st *store.Store) error {
+				sub, err := st.UpdateSubscriber(ctx, args[0], p)
+				if err != nil {
+					return flagError(err)
+				}
+				return printJSON(cmd.OutOrStdout(), api.NewSubscriber(sub))
+			})
+		},
+	}
+	upd.register(updateCmd.Flags(), false)
+
+	pauseCmd := subscriberAction("pause ID", "Stop sending to a subscriber; its deliveries keep queueing", func(ctx context.Context, st *store.Store, id string) (any, error) {
+		sub, err := st.PauseSubscriber(ctx, id, "paused by an operator")
+		if err != nil {
+			return nil, err
+		}
+		return api.NewSubscriber(sub), nil
+	})
+	resumeCmd := subscriberAction("resume ID", "Send to a paused or disabled subscriber again", func(ctx context.Context, st *store.Store, id string) (any, error) {
+		sub, err := st.ResumeSubscriber(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		return api.NewSubscriber(sub), nil
+	})
+
+	var overlap time.Duration
+	rotateCmd := subscriberAction("rotate-secret ID", "Make a new signing secret (printed this once); the old one stays valid for --overlap",
+		func(ctx context.Context, st *store.Store, id string) (any, error) {
+			sub, err := st.RotateSecret(ctx, id, overlap)
+			if err != nil {
+				return nil, flagError(err)
+			}
+			return api.NewSubscriberWithSecret(sub), nil
+		})
+	rotateCmd.Flags().DurationVar(&overlap, "overlap", api.DefaultOverlap, "how long the old secret stays valid (0s: ends at once)")
+
+	removeCmd := subscriberAction("remove ID", "Delete a subscriber and its queue", func(ctx context.Context, st *store.Store, id string) (any, error) {
+		if err := st.DeleteSubscriber(ctx, id); err != nil {
+			return nil, err
+		}
+		return map[string]string{"removed": id}, nil
+	})
+	removeCmd.Aliases = []string{"rm", "delete"}
+
+	group.AddCommand(addCmd, listCmd, showCmd, updateCmd, pauseCmd, resumeCmd, rotateCmd, removeCmd)
+	rootCmd.AddCommand(group)
+}
+
+// subscriberAction is a command taking one id that prints the JSON fn returns.
+func subscriberAction(use, short string, fn func(ctx context.Context, st *store.Store, id string) (any, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  exactArgs("ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withStore(cmd, func(ctx context.Context, st *store.Store) error {
+				v, err := fn(ctx, st, args[0])
+				if err != nil {
+					return err
+				}
+				return printJSON(cmd.OutOrStdout(), v)
+			})
+		},
+	}
+}

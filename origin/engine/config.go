@@ -1,0 +1,141 @@
+package engine
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/edgehook/edgehook/shared/signature"
+	"github.com/edgehook/edgehook/shared/wire"
+)
+
+// Defaults of Config. The retry policy follows what webhook senders in the field do: about ten
+// attempts spread over hours, given up after a day.
+const (
+	DefaultWorkers            = 32
+	DefaultBatchSize          = 64
+	DefaultLeaseDuration      = 90 * time.Second // above wire.MaxTimeout, so a slow send keeps its lease
+	DefaultPollInterval       = 500 * time.Millisecond
+	DefaultBackoffBase        = 2 * time.Second
+	DefaultBackoffCap         = time.Hour
+	DefaultMaxAttempts        = 10
+	DefaultMaxAge             = 24 * time.Hour
+	DefaultRetryAfterCap      = time.Hour
+	DefaultExcerptBytes       = wire.MaxExcerptBytes
+	DefaultCircuitThreshold   = 5
+	DefaultCircuitCooldown    = 30 * time.Second
+	DefaultCircuitMaxCooldown = 30 * time.Minute
+	DefaultRetention          = 7 * 24 * time.Hour
+	DefaultPruneInterval      = 10 * time.Minute
+	DefaultStopGrace          = 10 * time.Second
+	DefaultSettleBatch        = 256
+	DefaultVersion            = "dev"
+)
+
+// Config tunes an Engine. Zero fields take the defaults above. Storage settings (synchronous mode,
+// backlog caps, busy timeout) belong to store.Options.
+type Config struct {
+	Workers       int           // concurrent sends
+	BatchSize     int           // deliveries per claim at most
+	LeaseDuration time.Duration // how long a claim owns its deliveries; sends are cut at 3/4 of it
+	PollInterval  time.Duration // how often to look for due work when idle
+
+	BackoffBase   time.Duration // full-jitter backoff: random(0, min(BackoffCap, BackoffBase·2^attempt))
+	BackoffCap    time.Duration
+	MaxAttempts   int           // attempts before a delivery is dead
+	MaxAge        time.Duration // age (from emit or manual retry) after which a failing delivery is dead
+	RetryAfterCap time.Duration // longest Retry-After honoured
+	ExcerptBytes  int           // response body bytes kept in the attempt log
+
+	// EdgeURL and EdgeSecrets are required when any subscriber uses edge mode: the URL of the edge
+	// Worker (or the local harness) and the secrets the hop signature is made with (several during
+	// a rotation; the edge accepts any).
+	EdgeURL     string
+	EdgeSecrets []signature.Secret
+	// AllowNetworks lists destinations that direct mode may reach although they are loopback,
+	// private, link-local or otherwise internal (for tests and local runs). Empty: none.
+	AllowNetworks []netip.Prefix
+
+	CircuitThreshold   int           // consecutive failures that open a subscriber's circuit
+	CircuitCooldown    time.Duration // first open period; doubles on each re-opening
+	CircuitMaxCooldown time.Duration
+
+	Retention     time.Duration // delivered, dead and superseded deliveries older than this are pruned
+	PruneInterval time.Duration // how often the daemon prunes
+	StopGrace     time.Duration // how long Stop lets sends in flight finish when its ctx has no deadline
+	SettleBatch   int           // outcomes written per transaction at most
+
+	Version string // in the User-Agent: "edgehook/<Version>"
+	// Now is the clock; nil means time.Now. Tests inject a settable one so lease, backoff and rate
+	// tests run without sleeping.
+	Now func() time.Time
+}
+
+// withDefaults returns c with zero fields defaulted, or an error naming the first bad field.
+func (c Config) withDefaults() (Config, error) {
+	type intField struct {
+		name string
+		v    *int
+		def  int
+	}
+	for _, f := range []intField{
+		{"workers", &c.Workers, DefaultWorkers}, {"batch_size", &c.BatchSize, DefaultBatchSize},
+		{"max_attempts", &c.MaxAttempts, DefaultMaxAttempts}, {"excerpt_bytes", &c.ExcerptBytes, DefaultExcerptBytes},
+		{"circuit_threshold", &c.CircuitThreshold, DefaultCircuitThreshold}, {"settle_batch", &c.SettleBatch, DefaultSettleBatch},
+	} {
+		if *f.v < 0 {
+			return c, fmt.Errorf("engine config: %s: %d must not be negative", f.name, *f.v)
+		}
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	type durField struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}
+	for _, f := range []durField{
+		{"lease_duration", &c.LeaseDuration, DefaultLeaseDuration}, {"poll_interval", &c.PollInterval, DefaultPollInterval},
+		{"backoff_base", &c.BackoffBase, DefaultBackoffBase}, {"backoff_cap", &c.BackoffCap, DefaultBackoffCap},
+		{"max_age", &c.MaxAge, DefaultMaxAge}, {"retry_after_cap", &c.RetryAfterCap, DefaultRetryAfterCap},
+		{"circuit_cooldown", &c.CircuitCooldown, DefaultCircuitCooldown}, {"circuit_max_cooldown", &c.CircuitMaxCooldown, DefaultCircuitMaxCooldown},
+		{"retention", &c.Retention, DefaultRetention}, {"prune_interval", &c.PruneInterval, DefaultPruneInterval},
+		{"stop_grace", &c.StopGrace, DefaultStopGrace},
+	} {
+		if *f.v < 0 {
+			return c, fmt.Errorf("engine config: %s: %s must not be negative", f.name, *f.v)
+		}
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	switch {
+	case c.LeaseDuration < time.Second:
+		return c, fmt.Errorf("engine config: lease_duration: %s is below 1s", c.LeaseDuration)
+	case c.BackoffCap < c.BackoffBase:
+		return c, fmt.Errorf("engine config: backoff_cap: %s is below backoff_base %s", c.BackoffCap, c.BackoffBase)
+	case c.CircuitMaxCooldown < c.CircuitCooldown:
+		return c, fmt.Errorf("engine config: circuit_max_cooldown: %s is below circuit_cooldown %s", c.CircuitMaxCooldown, c.CircuitCooldown)
+	case c.RetryAfterCap > wire.MaxRetryAfter:
+		return c, fmt.Errorf("engine config: retry_after_cap: %s is above %s", c.RetryAfterCap, wire.MaxRetryAfter)
+	}
+	if c.EdgeURL != "" {
+		if err := wire.ValidateURL(c.EdgeURL); err != nil {
+			return c, fmt.Errorf("engine config: edge_url: %w", err)
+		}
+		if len(c.EdgeSecrets) == 0 {
+			return c, fmt.Errorf("engine config: edge_secrets: at least one is required with edge_url")
+		}
+	}
+	if c.Version == "" {
+		c.Version = DefaultVersion
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c, nil
+}
+
+// UserAgent is the User-Agent of every request the engine sends.
+func (c *Config) UserAgent() string { return "edgehook/" + c.Version }

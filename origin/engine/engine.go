@@ -1,0 +1,141 @@
+// Package engine delivers the origin's queued webhooks: it claims due deliveries from the store,
+// sends them (directly to subscribers or through the edge), and settles the outcomes.
+//
+// One Engine runs either as a daemon (Start/Stop) or as a bounded drain for cron (Drain). Several
+// engines, in one process or many, may work on one database at once: claiming, rate limits and
+// circuit breakers live in the store's transactions.
+package engine
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgehook/edgehook/origin/store"
+)
+
+// Engine claims, sends and settles deliveries.
+type Engine struct {
+	st   *store.Store
+	cfg  Config
+	log  *slog.Logger
+	m    *metrics
+	http *senders
+
+	mu      sync.Mutex
+	stop    context.CancelFunc // stops the daemon's claiming; nil when not running
+	stopped chan struct{}      // closed when the daemon has finished
+	grace   chan time.Duration // Stop hands the daemon its grace period
+}
+
+// New builds an engine over st. Its metrics are registered on reg (nil: not exported).
+func New(st *store.Store, cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Engine, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(st, cfg.Now, reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Engine{st: st, cfg: cfg, log: logger, m: m, http: newSenders(&cfg)}, nil
+}
+
+// Start runs the engine in the background until Stop is called or ctx is cancelled (which stops
+// claiming and then behaves like Stop with the configured grace). Starting a running engine is a
+// no-op.
+func (e *Engine) Start(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stop != nil {
+		return nil
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	e.stop, e.stopped, e.grace = cancel, make(chan struct{}), make(chan time.Duration, 1)
+	r := e.newRun(false, e.grace)
+	stopped := e.stopped
+	go func() {
+		defer close(stopped)
+		r.loop(runCtx, true)
+	}()
+	return nil
+}
+
+// Stop stops claiming, lets sends in flight finish until ctx's deadline (or StopGrace when ctx has
+// none), cancels the rest, returns their leases unsent, writes every outcome and returns. It is
+// idempotent and safe to call on an engine that was never started.
+func (e *Engine) Stop(ctx context.Context) error {
+	e.mu.Lock()
+	stop, stopped, grace := e.stop, e.stopped, e.grace
+	e.stop = nil
+	e.mu.Unlock()
+	if stop == nil {
+		return nil
+	}
+	g := e.cfg.StopGrace
+	if d, ok := ctx.Deadline(); ok {
+		g = time.Until(d)
+	}
+	grace <- g
+	stop()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		<-stopped // the run cancels its sends at the deadline and finishes quickly
+	}
+	e.http.closeIdle()
+	return nil
+}
+
+// DrainOptions bound a Drain.
+type DrainOptions struct {
+	For       time.Duration // stop claiming after this long (0: no limit other than ctx)
+	UntilIdle bool          // return as soon as nothing is due and nothing is in flight
+}
+
+// DrainResult counts what a Drain did.
+type DrainResult struct {
+	Claimed   int
+	Delivered int
+	Retried   int // failed and rescheduled (including throttled and edge-coalesced)
+	Dead      int
+	Released  int  // returned unsent at the end
+	Idle      bool // it stopped because nothing was due
+}
+
+// Drain runs the engine in the foreground for a bounded time (for cron on hosts without a process
+// manager): until opts.For elapses, ctx is cancelled, or (UntilIdle) the queue has nothing due.
+// Sends in flight at the end get StopGrace to finish. It may run while a daemon or other drains
+// work on the same database.
+func (e *Engine) Drain(ctx context.Context, opts DrainOptions) (DrainResult, error) {
+	if opts.For < 0 {
+		return DrainResult{}, errors.New("drain: for: must not be negative")
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if opts.For > 0 {
+		runCtx, cancel = context.WithTimeout(runCtx, opts.For)
+		defer cancel()
+	}
+	grace := make(chan time.Duration, 1)
+	grace <- e.cfg.StopGrace
+	r := e.newRun(opts.UntilIdle, grace)
+	r.loop(runCtx, false)
+	e.http.closeIdle()
+	return r.result(), r.err
+}
+
+// closeIdle closes the keep-alive connections of both clients.
+func (s *senders) closeIdle() {
+	for _, c := range []*http.Client{s.direct, s.edge} {
+		c.CloseIdleConnections()
+	}
+}

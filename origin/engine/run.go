@@ -1,0 +1,214 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/edgehook/edgehook/origin/store"
+)
+
+// run is one execution of the claim → send → settle loop (a daemon's life or one drain).
+//
+// A delivery occupies one of Workers slots from its claim until its outcome is written, so
+// "nothing in flight" means every outcome is in the database.
+type run struct {
+	e         *Engine
+	untilIdle bool
+	grace     <-chan time.Duration
+
+	sendCtx     context.Context // cancelled when the stop grace runs out
+	cancelSends context.CancelFunc
+
+	outcomes chan store.Settlement
+	slots    chan struct{} // one token per delivery in flight
+	freed    chan struct{} // signalled when the completer frees slots
+	sends    sync.WaitGroup
+	complete chan struct{} // closed when the completer has written everything
+
+	mu  sync.Mutex
+	res DrainResult
+	err error
+}
+
+func (e *Engine) newRun(untilIdle bool, grace <-chan time.Duration) *run {
+	sendCtx, cancel := context.WithCancel(context.Background())
+	return &run{e: e, untilIdle: untilIdle, grace: grace, sendCtx: sendCtx, cancelSends: cancel,
+		outcomes: make(chan store.Settlement, e.cfg.Workers), slots: make(chan struct{}, e.cfg.Workers),
+		freed: make(chan struct{}, 1), complete: make(chan struct{})}
+}
+
+// loop claims and dispatches until ctx is done (or idle), then shuts down in order: stop
+// claiming, wait for sends up to the grace, cancel the rest, write every outcome.
+func (r *run) loop(ctx context.Context, prune bool) {
+	go r.completer()
+	var pruneTick <-chan time.Time
+	if prune {
+		t := time.NewTicker(r.e.cfg.PruneInterval)
+		defer t.Stop()
+		pruneTick = t.C
+		r.prune()
+	}
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	for ctx.Err() == nil {
+		free := cap(r.slots) - len(r.slots)
+		if free == 0 {
+			select {
+			case <-r.freed:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		res, err := r.e.st.Claim(ctx, store.ClaimParams{Now: r.e.cfg.Now(), Limit: min(free, r.e.cfg.BatchSize), LeaseDuration: r.e.cfg.LeaseDuration})
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			r.e.log.Error("claim failed", "err", err)
+			r.e.m.claimErrors.Inc()
+		}
+		for _, c := range res.Deliveries {
+			r.slots <- struct{}{}
+			r.sends.Add(1)
+			go r.send(c)
+		}
+		r.count(func(d *DrainResult) { d.Claimed += len(res.Deliveries) })
+		if len(res.Deliveries) > 0 && len(res.Deliveries) == min(free, r.e.cfg.BatchSize) {
+			continue // probably more due: claim again at once
+		}
+		if r.untilIdle && err == nil && len(res.Deliveries) == 0 && !res.Waiting && len(r.slots) == 0 {
+			r.count(func(d *DrainResult) { d.Idle = true })
+			break
+		}
+		poll.Reset(r.e.cfg.PollInterval)
+		select {
+		case <-poll.C:
+		case <-r.e.st.Wake():
+		case <-r.freed:
+		case <-pruneTick:
+			r.prune()
+		case <-ctx.Done():
+		}
+	}
+	r.shutdown()
+}
+
+// shutdown waits for sends up to the grace, cancels the rest and waits for the completer.
+func (r *run) shutdown() {
+	grace := <-r.grace
+	done := make(chan struct{})
+	go func() {
+		r.sends.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(grace)
+	select {
+	case <-done:
+	case <-t.C:
+		r.cancelSends()
+		<-done
+	}
+	t.Stop()
+	r.cancelSends()
+	close(r.outcomes)
+	<-r.complete
+}
+
+// send delivers one claimed delivery and queues its outcome.
+func (r *run) send(c store.Claimed) {
+	defer r.sends.Done()
+	r.outcomes <- r.e.deliver(r.sendCtx, c)
+}
+
+// completer writes outcomes in batches: it takes whatever has queued up (up to SettleBatch) in one
+// transaction, so under load a batch grows and each commit settles many deliveries.
+func (r *run) completer() {
+	defer close(r.complete)
+	for first := range r.outcomes {
+		batch := []store.Settlement{first}
+	gather:
+		for len(batch) < r.e.cfg.SettleBatch {
+			select {
+			case it, ok := <-r.outcomes:
+				if !ok {
+					break gather
+				}
+				batch = append(batch, it)
+			default:
+				break gather
+			}
+		}
+		r.settle(batch)
+		for range batch {
+			<-r.slots
+		}
+		select {
+		case r.freed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// settle writes a batch, retrying briefly: a lost batch is not lost work (the leases expire and
+// the deliveries are sent again) but it costs duplicates.
+func (r *run) settle(batch []store.Settlement) {
+	policy := store.CircuitPolicy{Threshold: r.e.cfg.CircuitThreshold, BaseCooldown: r.e.cfg.CircuitCooldown, MaxCooldown: r.e.cfg.CircuitMaxCooldown}
+	var err error
+	for try := 0; try < 3; try++ {
+		var stale int
+		stale, err = r.e.st.Settle(context.Background(), r.e.cfg.Now(), policy, batch)
+		if err == nil {
+			r.e.m.staleSettles.Add(float64(stale))
+			if stale > 0 {
+				r.e.log.Warn("outcomes arrived after their lease was taken over", "count", stale)
+			}
+			break
+		}
+		time.Sleep(time.Duration(try+1) * 100 * time.Millisecond)
+	}
+	if err != nil {
+		r.e.log.Error("settle failed; the leases will expire and the deliveries be sent again", "count", len(batch), "err", err)
+		r.mu.Lock()
+		r.err = err
+		r.mu.Unlock()
+		return
+	}
+	r.count(func(d *DrainResult) {
+		for _, it := range batch {
+			switch it.Result {
+			case store.ResultDelivered:
+				d.Delivered++
+			case store.ResultRetry, store.ResultReschedule:
+				d.Retried++
+			case store.ResultDead:
+				d.Dead++
+			case store.ResultRelease:
+				d.Released++
+			}
+		}
+	})
+}
+
+func (r *run) prune() {
+	n, err := r.e.st.Prune(context.Background(), r.e.cfg.Now().Add(-r.e.cfg.Retention))
+	if err != nil {
+		r.e.log.Error("prune failed", "err", err)
+		return
+	}
+	if n > 0 {
+		r.e.log.Info("pruned old deliveries", "count", n)
+	}
+}
+
+func (r *run) count(f func(*DrainResult)) {
+	r.mu.Lock()
+	f(&r.res)
+	r.mu.Unlock()
+}
+
+func (r *run) result() DrainResult {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.res
+}

@@ -1,0 +1,347 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/edgehook/edgehook/origin/store"
+	"github.com/edgehook/edgehook/shared/signature"
+	"github.com/edgehook/edgehook/shared/wire"
+)
+
+// senders holds the two shared keep-alive clients. Direct mode's dialer refuses internal
+// addresses; the edge client is separate because the edge URL is the operator's own setting and
+// may well be local (the wazero harness).
+type senders struct {
+	direct, edge *http.Client
+}
+
+func newSenders(cfg *Config) *senders {
+	client := func(control func(network, address string, c syscall.RawConn) error) *http.Client {
+		d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, Control: control}
+		return &http.Client{
+			Transport: &http.Transport{
+				Proxy:               nil, // a proxy would dial for us and bypass the address check
+				DialContext:         d.DialContext,
+				MaxIdleConnsPerHost: cfg.Workers,
+				IdleConnTimeout:     90 * time.Second,
+				TLSHandshakeTimeout: 10 * time.Second,
+				ForceAttemptHTTP2:   true,
+			},
+			// Redirects are not followed: a receiver answers for itself, and following would let a
+			// public URL bounce the request to an internal one.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
+	return &senders{direct: client(guardAddresses(cfg.AllowNetworks)), edge: client(nil)}
+}
+
+// errBlockedAddress marks a refused destination.
+var errBlockedAddress = errors.New("destination address is internal and not in the allow-list")
+
+// guardAddresses returns a dialer Control that refuses internal destinations. It runs after DNS
+// resolution, on the address actually dialled, so a hostname that resolves (or re-resolves) to an
+// internal address is refused too.
+func guardAddresses(allow []netip.Prefix) func(network, address string, c syscall.RawConn) error {
+	return func(network, address string, _ syscall.RawConn) error {
+		host, _, err := net.SplitHostPort(address)
+		if err != nil {
+			return err
+		}
+		ip, err := netip.ParseAddr(host)
+		if err != nil {
+			return fmt.Errorf("%w: %q", errBlockedAddress, host)
+		}
+		ip = ip.Unmap()
+		for _, p := range allow {
+			if p.Contains(ip) {
+				return nil
+			}
+		}
+		if isInternal(ip) {
+			return fmt.Errorf("%w: %s", errBlockedAddress, ip)
+		}
+		return nil
+	}
+}
+
+// internalNets are special-purpose ranges not covered by netip's predicates.
+var internalNets = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),         // "this network"
+	netip.MustParsePrefix("100.64.0.0/10"),     // carrier-grade NAT
+	netip.MustParsePrefix("192.0.0.0/24"),      // IETF protocol assignments
+	netip.MustParsePrefix("198.18.0.0/15"),     // benchmarking
+	netip.MustParsePrefix("240.0.0.0/4"),       // reserved, and broadcast
+	netip.MustParsePrefix("64:ff9b:1::/48"),    // local-use NAT64
+	netip.MustParsePrefix("2001:db8::/32"),     // documentation
+	netip.MustParsePrefix("fd00:ec2::254/128"), // AWS metadata over IPv6 (also ULA)
+}
+
+// isInternal reports loopback, private, link-local (including the 169.254.169.254 metadata
+// address), multicast, unspecified and other special-purpose addresses.
+func isInternal(ip netip.Addr) bool {
+	if ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
+		ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified() {
+		return true
+	}
+	for _, p := range internalNets {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// Failure classes, the "class" label of the failed counter and the outcome of attempts that got no
+// usable answer.
+const (
+	classHTTP3xx      = "http_3xx"
+	classHTTP4xx      = "http_4xx"
+	classHTTP5xx      = "http_5xx"
+	classThrottled    = "throttled" // 429/503 with a Retry-After
+	classGone         = "gone"      // 410
+	classTimeout      = "timeout"
+	classConnection   = "connection"
+	classBlocked      = "blocked_address"
+	classEdgeRejected = "edge_rejected"
+	classEdgeError    = "edge_error" // no or unknown outcome header from the edge
+)
+
+// response is what came back from one send.
+type response struct {
+	status     int
+	retryAfter string
+	outcome    string // Edgehook-Outcome, edge mode only
+	excerpt    string
+	err        error
+	latency    time.Duration
+}
+
+// deliver sends one claimed delivery and decides its settlement.
+func (e *Engine) deliver(ctx context.Context, c store.Claimed) store.Settlement {
+	now := e.cfg.Now()
+	sub := c.Subscriber
+	req, err := e.request(c, now)
+	var resp response
+	if err != nil {
+		resp.err = err
+	} else {
+		timeout := min(sub.Timeout(), e.cfg.LeaseDuration*3/4)
+		sendCtx, cancel := context.WithTimeout(ctx, timeout)
+		resp = e.do(req.WithContext(sendCtx), sub.Mode)
+		cancel()
+	}
+	if ctx.Err() != nil && resp.err != nil {
+		// Cut by a stop: not the subscriber's fault, and not sent as far as we know.
+		return store.Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: sub.ID, Result: store.ResultRelease}
+	}
+	e.m.latency.WithLabelValues(string(sub.Mode)).Observe(resp.latency.Seconds())
+	return e.decide(c, resp, now)
+}
+
+// request builds the signed request for a delivery.
+func (e *Engine) request(c store.Claimed, now time.Time) (*http.Request, error) {
+	sub := c.Subscriber
+	target := sub.URL
+	if sub.Mode == store.ModeEdge {
+		if e.cfg.EdgeURL == "" {
+			return nil, errors.New("subscriber uses edge mode but the engine has no edge URL")
+		}
+		target = e.cfg.EdgeURL
+	}
+	req, err := http.NewRequest(http.MethodPost, target, bytes.NewReader(c.Event.Body))
+	if err != nil {
+		return nil, err
+	}
+	h := req.Header
+	for k, v := range sub.Headers {
+		h.Set(k, v)
+	}
+	h.Set("Content-Type", "application/json")
+	h.Set("User-Agent", e.cfg.UserAgent())
+	ts := now.Unix()
+	// The subscriber-facing headers are made here in both modes: the edge forwards them untouched
+	// and never holds subscriber secrets.
+	h.Set(wire.HeaderWebhookID, c.Event.ID)
+	h.Set(wire.HeaderWebhookTimestamp, strconv.FormatInt(ts, 10))
+	switch sub.Profile {
+	case store.ProfileLegacy:
+		sec, ok := sub.LegacySecret(now)
+		if !ok {
+			return nil, errors.New("subscriber has no valid secret")
+		}
+		tsHeader, sigHeader := signature.LegacyHeaders(sub.LegacyPrefix)
+		h.Set(tsHeader, strconv.FormatInt(ts, 10))
+		h.Set(sigHeader, signature.SignLegacy(sec, ts, c.Event.Body))
+	default:
+		secrets := sub.ActiveSecrets(now)
+		if len(secrets) == 0 {
+			return nil, errors.New("subscriber has no valid secret")
+		}
+		h.Set(wire.HeaderWebhookSignature, signature.Sign(secrets, c.Event.ID, ts, c.Event.Body))
+	}
+	if sub.Mode == store.ModeEdge {
+		signature.SetHopHeaders(h, e.cfg.EdgeSecrets, &signature.Hop{
+			DeliveryID: c.DeliveryID, SubscriberID: sub.ID, EventType: c.Event.Type, CoalesceKey: c.CoalesceKey,
+			Attempt: c.Attempts + 1, Timestamp: ts,
+		}, c.Event.Body)
+	}
+	return req, nil
+}
+
+// do sends req and reads at most ExcerptBytes of the answer.
+func (e *Engine) do(req *http.Request, mode store.Mode) response {
+	client := e.http.direct
+	if mode == store.ModeEdge {
+		client = e.http.edge
+	}
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return response{err: err, latency: time.Since(start)}
+	}
+	defer resp.Body.Close()
+	excerpt, err := io.ReadAll(io.LimitReader(resp.Body, int64(e.cfg.ExcerptBytes)))
+	// Drain a little more so the connection can be reused; a huge body just closes it.
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	r := response{status: resp.StatusCode, retryAfter: resp.Header.Get(wire.HeaderRetryAfter),
+		outcome: resp.Header.Get(wire.HeaderOutcome), excerpt: string(excerpt), latency: time.Since(start)}
+	if err != nil && r.status/100 != 2 {
+		r.excerpt += " [body read error: " + err.Error() + "]"
+	}
+	return r
+}
+
+// decide turns a response into a settlement: the outcome policy of the engine.
+func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settlement {
+	sub := c.Subscriber
+	set := store.Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: sub.ID, Status: r.status}
+	attempt := &store.Attempt{At: now, Status: r.status, LatencyMS: r.latency.Milliseconds(), Excerpt: r.excerpt}
+	set.Attempt = attempt
+	fail := func(class, msg string, circuit bool) store.Settlement {
+		attempt.Outcome, attempt.Error = class, msg
+		set.Error = msg
+		if circuit {
+			set.Circuit = store.CircuitFailure
+		}
+		e.m.failed.WithLabelValues(sub.ID, class).Inc()
+		return e.retry(c, set, class, now.Add(e.backoff(c.Attempts)), now)
+	}
+	if r.err != nil {
+		class := classConnection
+		var ne net.Error
+		switch {
+		case errors.Is(r.err, errBlockedAddress):
+			class = classBlocked
+		case errors.Is(r.err, context.DeadlineExceeded), errors.As(r.err, &ne) && ne.Timeout():
+			class = classTimeout
+		}
+		return fail(class, r.err.Error(), class != classBlocked)
+	}
+	if sub.Mode == store.ModeEdge {
+		o, err := wire.ParseOutcome(r.outcome)
+		if err != nil {
+			return fail(classEdgeError, fmt.Sprintf("edge answered %d without a valid %s (%q)", r.status, wire.HeaderOutcome, r.outcome), false)
+		}
+		attempt.Outcome = string(o)
+		if reason, ok := o.IsRejected(); ok {
+			e.log.Error("EDGE REJECTED A DELIVERY: check the edge secret and the subscriber's KV record",
+				"reason", reason, "subscriber", sub.ID, "delivery", c.DeliveryID, "status", r.status)
+			e.m.edgeRejections.WithLabelValues(reason).Inc()
+			return fail(classEdgeRejected, "edge rejected: "+reason, false)
+		}
+		switch o {
+		case wire.OutcomeDuplicate:
+			return e.delivered(set, sub.ID)
+		case wire.OutcomeCoalesced:
+			wait := e.backoff(0)
+			if d, err := wire.ParseRetryAfter(r.retryAfter, now); err == nil {
+				wait = min(d, e.cfg.RetryAfterCap)
+			}
+			set.Result, set.NextAttemptAt = store.ResultReschedule, now.Add(wait)
+			e.m.coalesced.WithLabelValues(sub.ID).Inc()
+			return set
+		case wire.OutcomeUpstreamTimeout:
+			return fail(classTimeout, "edge: subscriber timed out", true)
+		case wire.OutcomeUpstreamUnreachable:
+			return fail(classConnection, "edge: subscriber unreachable", true)
+		}
+	}
+	switch s := r.status; {
+	case s/100 == 2:
+		if attempt.Outcome == "" {
+			attempt.Outcome = "delivered"
+		}
+		set.Circuit = store.CircuitSuccess
+		return e.delivered(set, sub.ID)
+	case s == http.StatusGone:
+		msg := "subscriber answered 410 Gone"
+		attempt.Outcome, attempt.Error, set.Error = classGone, msg, msg
+		set.Disable = msg
+		e.m.failed.WithLabelValues(sub.ID, classGone).Inc()
+		e.log.Warn("subscriber disabled: it answered 410 Gone; its deliveries are held", "subscriber", sub.ID)
+		set.Result, set.NextAttemptAt = store.ResultRetry, now
+		return set
+	case s == http.StatusTooManyRequests || s == http.StatusServiceUnavailable:
+		if d, err := wire.ParseRetryAfter(r.retryAfter, now); err == nil {
+			at := now.Add(min(d, e.cfg.RetryAfterCap))
+			msg := fmt.Sprintf("%d with Retry-After %q", s, r.retryAfter)
+			attempt.Outcome, attempt.Error, set.Error = classThrottled, msg, msg
+			set.PauseUntil = at
+			e.m.failed.WithLabelValues(sub.ID, classThrottled).Inc()
+			return e.retry(c, set, classThrottled, at, now)
+		}
+	}
+	class := classHTTP5xx
+	switch {
+	case r.status/100 == 3:
+		class = classHTTP3xx
+	case r.status/100 == 4:
+		class = classHTTP4xx
+	}
+	return fail(class, fmt.Sprintf("subscriber answered %d", r.status), true)
+}
+
+func (e *Engine) delivered(set store.Settlement, subID string) store.Settlement {
+	set.Result = store.ResultDelivered
+	e.m.delivered.WithLabelValues(subID).Inc()
+	return set
+}
+
+// retry schedules another attempt at `at`, unless the delivery has used its attempts (edge
+// rejections excepted: they are the operator's problem, not the subscriber's) or its age.
+func (e *Engine) retry(c store.Claimed, set store.Settlement, class string, at, now time.Time) store.Settlement {
+	switch {
+	case now.Sub(c.AgeFrom) >= e.cfg.MaxAge:
+		set.Result, set.Reason = store.ResultDead, store.ReasonMaxAge
+	case c.Attempts+1 >= e.cfg.MaxAttempts && class != classEdgeRejected:
+		set.Result, set.Reason = store.ResultDead, store.ReasonMaxAttempts
+	default:
+		set.Result, set.NextAttemptAt = store.ResultRetry, at
+		e.m.retried.WithLabelValues(c.Subscriber.ID).Inc()
+		return set
+	}
+	e.m.dead.WithLabelValues(c.Subscriber.ID, set.Reason).Inc()
+	return set
+}
+
+// backoff is full jitter: random(0, min(cap, base·2^attempts)).
+func (e *Engine) backoff(attempts int) time.Duration {
+	ceiling := e.cfg.BackoffCap
+	if attempts < 40 {
+		if d := e.cfg.BackoffBase << attempts; d > 0 && d < ceiling {
+			ceiling = d
+		}
+	}
+	return rand.N(ceiling + 1)
+}

@@ -1,0 +1,281 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// ClaimParams bound one claim.
+type ClaimParams struct {
+	Now           time.Time
+	Limit         int           // deliveries at most
+	LeaseDuration time.Duration // how long the claimer owns them
+}
+
+// Claimed is a leased delivery with everything needed to send it.
+type Claimed struct {
+	Seq          int64 // internal row id, for Settle
+	DeliveryID   string
+	LeaseToken   string
+	Attempts     int       // attempts made before this one
+	AgeFrom      time.Time // max age counts from here
+	CoalesceKey  string
+	Event        Event
+	Subscriber   *Subscriber // shared snapshot: do not modify
+	Probe        bool        // the circuit breaker's single probe
+	LeaseExpires time.Time
+}
+
+// ClaimResult is what Claim took, and whether due work was left behind by the rate limits.
+type ClaimResult struct {
+	Deliveries []Claimed
+	// Waiting is true when some active subscriber has due deliveries that its token bucket or
+	// in-flight cap kept back: a drain "until idle" is not idle yet.
+	Waiting bool
+}
+
+// candidate is a subscriber that may be claimed for, with its budget.
+type candidate struct {
+	id        string
+	budget    int
+	tokens    float64
+	rate      float64
+	probe     bool
+	taken     int
+	exhausted bool
+}
+
+// Claim leases up to p.Limit due deliveries in one write transaction:
+//
+//   - Leases that expired (a crashed or stuck engine) are returned to pending first.
+//   - Subscribers are served round robin (least recently claimed first), each at most its fair
+//     share of the limit in a first pass, so a subscriber with 100,000 due deliveries cannot delay
+//     one with 1; a second pass hands the unused share to those that had more.
+//   - A subscriber's take is bounded by its token bucket (lazily refilled at rate, clamped at
+//     burst, spent here so every process shares it), its in-flight cap, a Retry-After pause, and
+//     the circuit breaker (open: nothing; cool-down over: one probe).
+//   - First attempts are taken before retries.
+//
+// Each subscriber's rows are taken with one UPDATE … WHERE seq IN (SELECT … LIMIT n) RETURNING
+// statement stamping a random lease token and the expiry; Settle checks that token.
+func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
+	if p.Limit <= 0 || p.LeaseDuration <= 0 {
+		return ClaimResult{}, fmt.Errorf("claim: limit %d and lease %s must be positive", p.Limit, p.LeaseDuration)
+	}
+	now := ms(p.Now)
+	leaseUntil := ms(p.Now.Add(p.LeaseDuration))
+	token := randomHex(16)
+	var res ClaimResult
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		res = ClaimResult{}
+		if _, err := tx.ExecContext(ctx, `UPDATE deliveries SET status = 'pending', lease_token = '', lease_expires_at = 0, updated_at = ?
+			WHERE status = 'leased' AND lease_expires_at <= ?`, now, now); err != nil {
+			return fmt.Errorf("claim: rescue expired leases: %w", err)
+		}
+		cands, err := claimCandidates(ctx, tx, now)
+		if err != nil {
+			return err
+		}
+		remaining := p.Limit
+		var rows []claimedRow
+		for pass := 0; pass < 2 && remaining > 0; pass++ {
+			share := remaining
+			if pass == 0 {
+				share = max(1, p.Limit/max(1, len(cands)))
+			}
+			for _, c := range cands {
+				want := min(c.budget-c.taken, share, remaining)
+				if c.exhausted || want <= 0 {
+					continue
+				}
+				got, err := claimFor(ctx, tx, c.id, now, leaseUntil, token, want)
+				if err != nil {
+					return err
+				}
+				rows = append(rows, got...)
+				c.taken += len(got)
+				remaining -= len(got)
+				c.exhausted = len(got) < want
+			}
+		}
+		for _, c := range cands {
+			if c.taken == 0 {
+				if c.budget == 0 && !res.Waiting {
+					due, err := hasDue(ctx, tx, c.id, now)
+					if err != nil {
+						return err
+					}
+					res.Waiting = due
+				}
+				continue
+			}
+			if !c.exhausted && c.taken == c.budget {
+				res.Waiting = true // limited, maybe more due
+			}
+			circuit, circuitUntil := "", int64(0)
+			if c.probe {
+				circuit, circuitUntil = "probing", leaseUntil
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE limiter SET tokens = ?, refilled_at = ?, last_claim_at = ?,
+				circuit = CASE WHEN ? <> '' THEN ? ELSE circuit END, circuit_until = CASE WHEN ? <> '' THEN ? ELSE circuit_until END
+				WHERE subscriber_id = ?`, c.tokens-float64(c.taken), now, now, circuit, circuit, circuit, circuitUntil, c.id); err != nil {
+				return err
+			}
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		subs, err := s.matchingSubscribers(ctx, tx)
+		if err != nil {
+			return err
+		}
+		res.Deliveries, err = s.completeClaims(ctx, tx, rows, subs, cands, token, leaseUntil)
+		return err
+	})
+	if err != nil {
+		return ClaimResult{}, err
+	}
+	return res, nil
+}
+
+// claimCandidates returns the active subscribers with pending deliveries that may send now, in
+// round-robin order, with their budgets.
+func claimCandidates(ctx context.Context, tx *sql.Tx, now int64) ([]*candidate, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT s.id, s.rate_per_sec, s.burst, s.max_in_flight, l.tokens, l.refilled_at, l.circuit,
+			coalesce((SELECT n FROM queue_counts q WHERE q.subscriber_id = s.id AND q.status = 'leased'), 0)
+		FROM subscribers s JOIN limiter l ON l.subscriber_id = s.id
+		WHERE s.state = 'active' AND l.paused_until <= ?1
+		  AND (l.circuit = 'closed' OR l.circuit_until <= ?1)
+		  AND EXISTS (SELECT 1 FROM queue_counts q WHERE q.subscriber_id = s.id AND q.status = 'pending' AND q.n > 0)
+		ORDER BY l.last_claim_at, s.id`, now)
+	if err != nil {
+		return nil, fmt.Errorf("claim: candidates: %w", err)
+	}
+	defer rows.Close()
+	var cands []*candidate
+	for rows.Next() {
+		var (
+			c                  candidate
+			burst, maxInFlight int
+			refilledAt, leased int64
+			circuit            string
+		)
+		if err := rows.Scan(&c.id, &c.rate, &burst, &maxInFlight, &c.tokens, &refilledAt, &circuit, &leased); err != nil {
+			return nil, err
+		}
+		elapsed := math.Max(0, float64(now-refilledAt)/1000)
+		c.tokens = math.Min(float64(burst), c.tokens+c.rate*elapsed)
+		c.budget = max(0, min(int(math.Floor(c.tokens)), maxInFlight-int(leased)))
+		if circuit != "closed" {
+			c.probe = true
+			c.budget = min(c.budget, 1)
+			if leased > 0 { // the previous probe is still out
+				c.budget = 0
+			}
+		}
+		cands = append(cands, &c)
+	}
+	return cands, rows.Err()
+}
+
+// claimedRow is what the claim statement returns.
+type claimedRow struct {
+	seq, eventSeq, ageFrom int64
+	attempts               int
+	coalesceKey, subID     string
+}
+
+// claimFor leases up to n due deliveries of one subscriber, first attempts first.
+func claimFor(ctx context.Context, tx *sql.Tx, subID string, now, leaseUntil int64, token string, n int) ([]claimedRow, error) {
+	var out []claimedRow
+	for _, retry := range []string{"attempts = 0", "attempts > 0"} {
+		if len(out) >= n {
+			break
+		}
+		// The inner WHERE repeats the partial index's condition literally so the planner uses it.
+		rows, err := tx.QueryContext(ctx, `UPDATE deliveries SET status = 'leased', lease_token = ?, lease_expires_at = ?, updated_at = ?
+			WHERE seq IN (SELECT seq FROM deliveries WHERE subscriber_id = ? AND status = 'pending' AND `+retry+`
+				AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ?)
+			RETURNING seq, event_seq, attempts, coalesce_key, age_from`, token, leaseUntil, now, subID, now, n-len(out))
+		if err != nil {
+			return nil, fmt.Errorf("claim: %w", err)
+		}
+		for rows.Next() {
+			r := claimedRow{subID: subID}
+			if err := rows.Scan(&r.seq, &r.eventSeq, &r.attempts, &r.coalesceKey, &r.ageFrom); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out = append(out, r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// hasDue reports whether a subscriber has a pending delivery due at now.
+func hasDue(ctx context.Context, tx *sql.Tx, subID string, now int64) (bool, error) {
+	var due bool
+	err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM deliveries WHERE subscriber_id = ?1 AND status = 'pending' AND attempts = 0 AND next_attempt_at <= ?2)
+		OR EXISTS (SELECT 1 FROM deliveries WHERE subscriber_id = ?1 AND status = 'pending' AND attempts > 0 AND next_attempt_at <= ?2)`, subID, now).Scan(&due)
+	return due, err
+}
+
+// completeClaims joins the claimed rows with their events and subscribers.
+func (s *Store) completeClaims(ctx context.Context, tx *sql.Tx, rows []claimedRow, subs []*Subscriber, cands []*candidate, token string, leaseUntil int64) ([]Claimed, error) {
+	bySub := make(map[string]*Subscriber, len(subs))
+	for _, sub := range subs {
+		bySub[sub.ID] = sub
+	}
+	probes := map[string]bool{}
+	for _, c := range cands {
+		probes[c.id] = c.probe
+	}
+	events := map[int64]*Event{}
+	args := make([]any, 0, len(rows))
+	for _, r := range rows {
+		if _, ok := events[r.eventSeq]; !ok {
+			events[r.eventSeq] = nil
+			args = append(args, r.eventSeq)
+		}
+	}
+	q, err := tx.QueryContext(ctx, `SELECT seq, id, type, body, coalesce_key, created_at FROM events WHERE seq IN (`+placeholders(len(args))+`)`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer q.Close()
+	for q.Next() {
+		var seq, created int64
+		var e Event
+		if err := q.Scan(&seq, &e.ID, &e.Type, &e.Body, &e.CoalesceKey, &created); err != nil {
+			return nil, err
+		}
+		e.CreatedAt = fromMS(created)
+		events[seq] = &e
+	}
+	if err := q.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]Claimed, 0, len(rows))
+	for _, r := range rows {
+		sub, ev := bySub[r.subID], events[r.eventSeq]
+		if sub == nil || ev == nil {
+			return nil, fmt.Errorf("claim: delivery %d lost its subscriber or event", r.seq)
+		}
+		out = append(out, Claimed{Seq: r.seq, DeliveryID: s.deliveryID(r.seq), LeaseToken: token, Attempts: r.attempts,
+			AgeFrom: fromMS(r.ageFrom), CoalesceKey: r.coalesceKey, Event: *ev, Subscriber: sub, Probe: probes[r.subID],
+			LeaseExpires: fromMS(leaseUntil)})
+	}
+	return out, nil
+}
+
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
+}

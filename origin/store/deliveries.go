@@ -1,0 +1,329 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// deliveryID renders the public id of a delivery row.
+func (s *Store) deliveryID(seq int64) string {
+	return "dlv_" + s.storeID + "_" + strconv.FormatInt(seq, 10)
+}
+
+// deliverySeq parses a public delivery id of this store.
+func (s *Store) deliverySeq(id string) (int64, error) {
+	rest, ok := strings.CutPrefix(id, "dlv_"+s.storeID+"_")
+	seq, err := strconv.ParseInt(rest, 10, 64)
+	if !ok || err != nil || seq <= 0 {
+		return 0, fmt.Errorf("delivery %q: %w", id, ErrNotFound)
+	}
+	return seq, nil
+}
+
+const deliveryColumns = `d.seq, e.id, e.type, d.subscriber_id, d.status, d.reason, d.coalesce_key, d.attempts, d.next_attempt_at,
+	d.last_status, d.last_error, d.created_at, d.updated_at, d.delivered_at, d.lease_expires_at`
+
+func (s *Store) scanDelivery(row rowScanner) (Delivery, int64, error) {
+	var (
+		d                                         Delivery
+		seq, next, created, updated, dlv, leaseTo int64
+		status                                    string
+	)
+	err := row.Scan(&seq, &d.EventID, &d.EventType, &d.SubscriberID, &status, &d.Reason, &d.CoalesceKey, &d.Attempts, &next,
+		&d.LastStatus, &d.LastError, &created, &updated, &dlv, &leaseTo)
+	if err != nil {
+		return Delivery{}, 0, err
+	}
+	d.ID, d.Status = s.deliveryID(seq), Status(status)
+	d.NextAttemptAt, d.CreatedAt, d.UpdatedAt = fromMS(next), fromMS(created), fromMS(updated)
+	d.DeliveredAt, d.LeaseExpiresAt = fromMS(dlv), fromMS(leaseTo)
+	return d, seq, nil
+}
+
+// MaxPageSize bounds DeliveryFilter.Limit.
+const MaxPageSize = 1000
+
+// ListDeliveries returns one page of deliveries matching f, newest first.
+func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (DeliveryPage, error) {
+	if f.Limit < 0 || f.Limit > MaxPageSize {
+		return DeliveryPage{}, fieldErrf("limit", "%d must be 1 to %d", f.Limit, MaxPageSize)
+	}
+	if f.Limit == 0 {
+		f.Limit = 100
+	}
+	var where []string
+	var args []any
+	add := func(cond string, arg any) { where, args = append(where, cond), append(args, arg) }
+	if f.Status != "" {
+		if !f.Status.valid() {
+			return DeliveryPage{}, fieldErrf("status", "%q is not a delivery status", f.Status)
+		}
+		add("d.status = ?", string(f.Status))
+	}
+	if f.SubscriberID != "" {
+		add("d.subscriber_id = ?", f.SubscriberID)
+	}
+	if f.EventID != "" {
+		add("e.id = ?", f.EventID)
+	}
+	if !f.From.IsZero() {
+		add("d.created_at >= ?", ms(f.From))
+	}
+	if !f.To.IsZero() {
+		add("d.created_at < ?", ms(f.To))
+	}
+	if f.Cursor != "" {
+		c, err := strconv.ParseInt(f.Cursor, 10, 64)
+		if err != nil || c <= 0 {
+			return DeliveryPage{}, fieldErrf("cursor", "%q is not a cursor from a previous page", f.Cursor)
+		}
+		add("d.seq < ?", c)
+	}
+	q := `SELECT ` + deliveryColumns + ` FROM deliveries d JOIN events e ON e.seq = d.event_seq`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	rows, err := s.r.QueryContext(ctx, q+` ORDER BY d.seq DESC LIMIT ?`, append(args, f.Limit+1)...)
+	if err != nil {
+		return DeliveryPage{}, err
+	}
+	defer rows.Close()
+	var page DeliveryPage
+	var last int64
+	for rows.Next() {
+		d, seq, err := s.scanDelivery(rows)
+		if err != nil {
+			return DeliveryPage{}, err
+		}
+		if len(page.Deliveries) == f.Limit {
+			page.NextCursor = strconv.FormatInt(last, 10)
+			break
+		}
+		page.Deliveries, last = append(page.Deliveries, d), seq
+	}
+	return page, rows.Err()
+}
+
+func (st Status) valid() bool {
+	switch st {
+	case StatusPending, StatusLeased, StatusDelivered, StatusDead, StatusSuperseded, StatusHeld:
+		return true
+	}
+	return false
+}
+
+// GetDelivery returns one delivery with its attempt log, oldest attempt first.
+func (s *Store) GetDelivery(ctx context.Context, id string) (*Delivery, error) {
+	seq, err := s.deliverySeq(id)
+	if err != nil {
+		return nil, err
+	}
+	d, _, err := s.scanDelivery(s.r.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.seq = ?`, seq))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("delivery %q: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT at, number, status, latency_ms, outcome, error, excerpt FROM attempts WHERE delivery_seq = ? ORDER BY id`, seq)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var a Attempt
+		var at int64
+		if err := rows.Scan(&at, &a.Number, &a.Status, &a.LatencyMS, &a.Outcome, &a.Error, &a.Excerpt); err != nil {
+			return nil, err
+		}
+		a.At = fromMS(at)
+		d.AttemptLog = append(d.AttemptLog, a)
+	}
+	return &d, rows.Err()
+}
+
+// GetEvent returns a stored event with its body.
+func (s *Store) GetEvent(ctx context.Context, id string) (*Event, error) {
+	var e Event
+	var created int64
+	err := s.r.QueryRowContext(ctx, `SELECT id, type, body, coalesce_key, created_at FROM events WHERE id = ?`, id).
+		Scan(&e.ID, &e.Type, &e.Body, &e.CoalesceKey, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("event %q: %w", id, ErrNotFound)
+	}
+	e.CreatedAt = fromMS(created)
+	return &e, err
+}
+
+// requeue is the SET clause that puts a finished delivery back in the queue, due at ?, with a
+// fresh attempt count and age (a manual retry is a new chance, not the tail of the old one).
+const requeue = `status = ` + unsentStatus + `, reason = '', attempts = 0, next_attempt_at = ?1, age_from = ?1, updated_at = ?1`
+
+// RetryDelivery puts a dead (or held) delivery back in the queue, due at now. Delivered,
+// superseded and queued deliveries are ErrInvalidState.
+func (s *Store) RetryDelivery(ctx context.Context, id string, now time.Time) (*Delivery, error) {
+	seq, err := s.deliverySeq(id)
+	if err != nil {
+		return nil, err
+	}
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		var status string
+		err := tx.QueryRowContext(ctx, `SELECT status FROM deliveries WHERE seq = ?`, seq).Scan(&status)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("delivery %q: %w", id, ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		if Status(status) != StatusDead && Status(status) != StatusHeld {
+			return fmt.Errorf("delivery %q is %s; only dead or held deliveries can be retried: %w", id, status, ErrInvalidState)
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE deliveries SET `+requeue+` WHERE seq = ?2`, ms(now), seq)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.GetDelivery(ctx, id)
+}
+
+// ReplayDead requeues a subscriber's dead deliveries that died in [from, to) (zero bounds are
+// open), due at now, and returns how many.
+func (s *Store) ReplayDead(ctx context.Context, subscriberID string, from, to, now time.Time) (int64, error) {
+	if !from.IsZero() && !to.IsZero() && !from.Before(to) {
+		return 0, fieldErrf("from", "must be before to")
+	}
+	hi := ms(to)
+	if to.IsZero() {
+		hi = 1<<63 - 1
+	}
+	var n int64
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var exists int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM subscribers WHERE id = ?`, subscriberID).Scan(&exists); err != nil {
+			return err
+		}
+		if exists == 0 {
+			return fmt.Errorf("subscriber %q: %w", subscriberID, ErrNotFound)
+		}
+		r, err := tx.ExecContext(ctx, `UPDATE deliveries SET `+requeue+`
+			WHERE subscriber_id = ?2 AND status = 'dead' AND updated_at >= ?3 AND updated_at < ?4`, ms(now), subscriberID, ms(from), hi)
+		if err != nil {
+			return err
+		}
+		n, err = r.RowsAffected()
+		return err
+	})
+	return n, err
+}
+
+// Stats returns the queue by subscriber (ordered by id) at now.
+func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
+	var st Stats
+	nowMS := ms(now)
+	rows, err := s.r.QueryContext(ctx, `SELECT s.id, s.state, coalesce(l.paused_until, 0), coalesce(l.circuit, 'closed'), coalesce(l.circuit_until, 0),
+			coalesce((SELECT min(next_attempt_at) FROM deliveries WHERE subscriber_id = s.id AND status = 'pending' AND attempts = 0), 0),
+			coalesce((SELECT min(next_attempt_at) FROM deliveries WHERE subscriber_id = s.id AND status = 'pending' AND attempts > 0), 0),
+			(SELECT count(*) FROM deliveries WHERE subscriber_id = s.id AND status = 'delivered' AND updated_at >= ?)
+		FROM subscribers s LEFT JOIN limiter l ON l.subscriber_id = s.id ORDER BY s.id`, nowMS-time.Minute.Milliseconds())
+	if err != nil {
+		return Stats{}, err
+	}
+	byID := map[string]*SubscriberStats{}
+	for rows.Next() {
+		var ss SubscriberStats
+		var state, circuit string
+		var paused, circuitUntil, first, retry int64
+		if err := rows.Scan(&ss.SubscriberID, &state, &paused, &circuit, &circuitUntil, &first, &retry, &ss.DeliveredLast); err != nil {
+			rows.Close()
+			return Stats{}, err
+		}
+		ss.State, ss.Counts = State(state), map[Status]int64{}
+		if paused > nowMS {
+			ss.PausedUntil = fromMS(paused)
+		}
+		ss.CircuitOpen = circuit != "closed" && circuitUntil > nowMS
+		oldest := first
+		if oldest == 0 || retry != 0 && retry < oldest {
+			oldest = retry
+		}
+		if oldest != 0 && oldest <= nowMS {
+			ss.OldestDueAge = time.Duration(nowMS-oldest) * time.Millisecond
+		}
+		st.Subscribers = append(st.Subscribers, ss)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return Stats{}, err
+	}
+	for i := range st.Subscribers {
+		byID[st.Subscribers[i].SubscriberID] = &st.Subscribers[i]
+	}
+	rows, err = s.r.QueryContext(ctx, `SELECT subscriber_id, status, n FROM queue_counts WHERE n > 0`)
+	if err != nil {
+		return Stats{}, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, status string
+		var n int64
+		if err := rows.Scan(&id, &status, &n); err != nil {
+			return Stats{}, err
+		}
+		if ss := byID[id]; ss != nil {
+			ss.Counts[Status(status)] = n
+		}
+		if Status(status) == StatusPending || Status(status) == StatusLeased {
+			st.Depth += n
+		}
+	}
+	return st, rows.Err()
+}
+
+// pruneChunk bounds one prune transaction, so other writers are not blocked for long.
+const pruneChunk = 2000
+
+// Prune deletes delivered, dead and superseded deliveries (with their attempts) last changed
+// before cutoff, then events older than cutoff that no delivery references. It returns the number
+// of deliveries deleted.
+func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
+	var total int64
+	for i, q := range []string{
+		`DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries WHERE status IN ('delivered', 'dead', 'superseded') AND updated_at < ? LIMIT ` + strconv.Itoa(pruneChunk) + `)`,
+		`DELETE FROM events WHERE seq IN (SELECT seq FROM events e WHERE created_at < ? AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = e.seq) LIMIT ` + strconv.Itoa(pruneChunk) + `)`,
+	} {
+		for {
+			var n int64
+			err := s.inTx(ctx, func(tx *sql.Tx) error {
+				r, err := tx.ExecContext(ctx, q, ms(cutoff))
+				if err != nil {
+					return err
+				}
+				n, err = r.RowsAffected()
+				return err
+			})
+			if err != nil {
+				return total, fmt.Errorf("prune: %w", err)
+			}
+			if i == 0 { // deliveries; events are not counted
+				total += n
+			}
+			if n < pruneChunk {
+				break
+			}
+		}
+	}
+	return total, nil
+}
+
+func ignoreNotFound(err error) error {
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
+}

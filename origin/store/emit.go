@@ -1,0 +1,335 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/edgehook/edgehook/shared/wire"
+)
+
+// emitReq is one caller's Emit or EmitBatch waiting for the group committer.
+type emitReq struct {
+	events  []EmitInput
+	results []EmitResult
+	err     error
+	done    chan struct{}
+}
+
+// Emit stores one event and a delivery for every matching subscriber that is not disabled. It
+// returns after the transaction carrying it has committed (see EmitBatch).
+func (s *Store) Emit(ctx context.Context, in EmitInput) (EmitResult, error) {
+	res, err := s.emit(ctx, []EmitInput{in}, "")
+	if err != nil {
+		return EmitResult{}, err
+	}
+	return res[0], nil
+}
+
+// EmitBatch stores several events atomically: all or none. Validation errors name the field as
+// "events[i].<field>".
+//
+// Event ids are idempotency keys: an id already stored with the same type and body returns the
+// original result with Duplicate set; with a different type or body it is ErrConflict. Past the
+// global cap the error is a *QueueFullError (errors.Is ErrQueueFull).
+//
+// Concurrent calls share one transaction (group commit): a single committer goroutine takes every
+// request waiting, writes them in one transaction with a savepoint each (so one caller's conflict
+// does not fail the others) and commits once, so throughput is not one fsync per event. Each
+// caller returns only after that commit.
+func (s *Store) EmitBatch(ctx context.Context, ins []EmitInput) ([]EmitResult, error) {
+	if len(ins) == 0 {
+		return nil, fieldErrf("events", "at least one event is required")
+	}
+	if len(ins) > maxGroupEvents {
+		return nil, fieldErrf("events", "%d events, at most %d per batch", len(ins), maxGroupEvents)
+	}
+	return s.emit(ctx, ins, "events")
+}
+
+func (s *Store) emit(ctx context.Context, ins []EmitInput, field string) ([]EmitResult, error) {
+	for i := range ins {
+		prefix := ""
+		if field != "" {
+			prefix = fmt.Sprintf("%s[%d].", field, i)
+		}
+		if err := s.validateEmit(&ins[i], prefix); err != nil {
+			return nil, err
+		}
+	}
+	req := &emitReq{events: ins, done: make(chan struct{})}
+	select {
+	case s.emits <- req:
+	case <-s.stop:
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	// Once queued the request is committed or failed whatever ctx does; a caller that gives up
+	// early may retry with the same ids, which is idempotent.
+	select {
+	case <-req.done:
+		return req.results, req.err
+	case <-s.done:
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (s *Store) validateEmit(in *EmitInput, prefix string) error {
+	if err := wire.ValidateID(in.ID); err != nil {
+		return fieldErr(prefix+"id", err)
+	}
+	if err := wire.ValidateEventType(in.Type); err != nil {
+		return fieldErr(prefix+"type", err)
+	}
+	if len(in.Body) > s.opts.MaxBodyBytes {
+		return fieldErrf(prefix+"body", "%d bytes, the maximum is %d", len(in.Body), s.opts.MaxBodyBytes)
+	}
+	if !json.Valid(in.Body) {
+		return fieldErrf(prefix+"body", "is not valid JSON")
+	}
+	if err := wire.ValidateCoalesceKey(in.CoalesceKey); err != nil {
+		return fieldErr(prefix+"coalesce_key", err)
+	}
+	return nil
+}
+
+// commitLoop is the group committer: it runs until Close, then commits what is still queued.
+func (s *Store) commitLoop() {
+	defer close(s.done)
+	for {
+		select {
+		case r := <-s.emits:
+			s.commitGroup(s.gather(r))
+		case <-s.stop:
+			for {
+				select {
+				case r := <-s.emits:
+					s.commitGroup(s.gather(r))
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// gather collects the requests already waiting behind first, up to maxGroupEvents events.
+func (s *Store) gather(first *emitReq) []*emitReq {
+	group, n := []*emitReq{first}, len(first.events)
+	for n < maxGroupEvents {
+		select {
+		case r := <-s.emits:
+			group, n = append(group, r), n+len(r.events)
+		default:
+			return group
+		}
+	}
+	return group
+}
+
+// commitGroup writes a group in one transaction and answers every request.
+func (s *Store) commitGroup(group []*emitReq) {
+	// Not the callers' contexts: one caller giving up must not abort the others' transaction.
+	ctx := context.Background()
+	var superseded, overflow int64
+	created := 0
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		superseded, overflow, created = 0, 0, 0
+		subs, err := s.matchingSubscribers(ctx, tx)
+		if err != nil {
+			return err
+		}
+		var depth int64
+		if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(n), 0) FROM queue_counts WHERE status IN ('pending', 'leased')`).Scan(&depth); err != nil {
+			return err
+		}
+		touched := map[string]bool{}
+		for _, r := range group {
+			r.results, r.err = nil, nil
+			if _, err := tx.ExecContext(ctx, `SAVEPOINT emit`); err != nil {
+				return err
+			}
+			results, d, sup, err := s.emitTx(ctx, tx, r.events, subs, depth, touched)
+			if err != nil {
+				if _, rbErr := tx.ExecContext(ctx, `ROLLBACK TO emit`); rbErr != nil {
+					return rbErr
+				}
+				if !isRequestError(err) {
+					return err
+				}
+				r.err = err
+			} else {
+				r.results, depth, superseded = results, depth+d, superseded+sup
+				created += int(d)
+			}
+			if _, err := tx.ExecContext(ctx, `RELEASE emit`); err != nil {
+				return err
+			}
+		}
+		for id := range touched {
+			n, err := s.trimBacklog(ctx, tx, id)
+			if err != nil {
+				return err
+			}
+			overflow += n
+		}
+		return nil
+	})
+	for _, r := range group {
+		if err != nil {
+			r.results, r.err = nil, fmt.Errorf("emit: %w", err)
+		}
+		close(r.done)
+	}
+	if err == nil {
+		s.counters.add(superseded, overflow)
+		if created > 0 {
+			select {
+			case s.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// isRequestError tells errors that fail one request from those that fail the whole transaction.
+func isRequestError(err error) bool {
+	var fe *FieldError
+	return errors.Is(err, ErrConflict) || errors.Is(err, ErrQueueFull) || errors.As(err, &fe)
+}
+
+// emitTx writes one request's events; it returns the results, the deliveries created and how many
+// older deliveries were superseded.
+func (s *Store) emitTx(ctx context.Context, tx *sql.Tx, events []EmitInput, subs []*Subscriber, depth int64, touched map[string]bool) ([]EmitResult, int64, int64, error) {
+	now := ms(s.Now())
+	results := make([]EmitResult, len(events))
+	var created, superseded int64
+	for i, in := range events {
+		sum := bodyHash(in.Type, in.Body)
+		var seq int64
+		var stored []byte
+		err := tx.QueryRowContext(ctx, `SELECT seq, body_hash FROM events WHERE id = ?`, in.ID).Scan(&seq, &stored)
+		switch {
+		case err == nil:
+			if !bytes.Equal(stored, sum) {
+				return nil, 0, 0, fmt.Errorf("event %q was already emitted with a different type or body: %w", in.ID, ErrConflict)
+			}
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM deliveries WHERE event_seq = ?`, seq).Scan(&n); err != nil {
+				return nil, 0, 0, err
+			}
+			results[i] = EmitResult{EventID: in.ID, Deliveries: n, Duplicate: true}
+			continue
+		case !errors.Is(err, sql.ErrNoRows):
+			return nil, 0, 0, err
+		}
+		if depth+created >= s.opts.GlobalCap {
+			return nil, 0, 0, &QueueFullError{Depth: depth + created, Cap: s.opts.GlobalCap, RetryAfter: DefaultQueueFullRetry}
+		}
+		if err := tx.QueryRowContext(ctx, `INSERT INTO events(id, type, body, body_hash, coalesce_key, created_at) VALUES (?, ?, ?, ?, ?, ?) RETURNING seq`,
+			in.ID, in.Type, in.Body, sum, in.CoalesceKey, now).Scan(&seq); err != nil {
+			return nil, 0, 0, err
+		}
+		res := EmitResult{EventID: in.ID}
+		var payload map[string]json.RawMessage // parsed at most once, for coalesce keys
+		for _, sub := range subs {
+			if !sub.Events.Match(in.Type) {
+				continue
+			}
+			key := ""
+			if sub.Coalesce != nil && sub.Coalesce.Applies(in.Type) {
+				key = in.CoalesceKey
+				if key == "" {
+					if payload == nil {
+						payload = map[string]json.RawMessage{}
+						json.Unmarshal(in.Body, &payload) // a non-object body has no keys: no coalescing
+					}
+					key = coalesceValue(payload[sub.Coalesce.Key])
+				}
+			}
+			if key != "" {
+				r, err := tx.ExecContext(ctx, `UPDATE deliveries SET status = 'superseded', updated_at = ?
+					WHERE subscriber_id = ? AND coalesce_key = ? AND status = 'pending'`, now, sub.ID, key)
+				if err != nil {
+					return nil, 0, 0, err
+				}
+				n, _ := r.RowsAffected()
+				res.Superseded += int(n)
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO deliveries(event_seq, subscriber_id, status, coalesce_key, next_attempt_at, age_from, created_at, updated_at)
+				VALUES (?, ?, 'pending', ?, ?, ?, ?, ?)`, seq, sub.ID, key, now, now, now, now); err != nil {
+				return nil, 0, 0, err
+			}
+			res.Deliveries++
+			touched[sub.ID] = true
+		}
+		created += int64(res.Deliveries)
+		superseded += int64(res.Superseded)
+		results[i] = res
+	}
+	return results, created, superseded, nil
+}
+
+// bodyHash identifies an event's content for idempotent re-emits.
+func bodyHash(eventType string, body []byte) []byte {
+	h := sha256.New()
+	h.Write([]byte(eventType))
+	h.Write([]byte{0})
+	h.Write(body)
+	return h.Sum(nil)
+}
+
+// coalesceValue renders a top-level payload field as a coalesce key: a string as is, a number as
+// written. Anything else, or a value that is not a valid key, means no coalescing.
+func coalesceValue(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	var key string
+	switch raw[0] {
+	case '"':
+		if json.Unmarshal(raw, &key) != nil {
+			return ""
+		}
+	default:
+		if _, err := strconv.ParseFloat(string(raw), 64); err != nil {
+			return ""
+		}
+		key = string(raw)
+	}
+	if wire.ValidateCoalesceKey(key) != nil {
+		return ""
+	}
+	return key
+}
+
+// trimBacklog dead-letters a subscriber's oldest pending deliveries beyond the backlog cap.
+func (s *Store) trimBacklog(ctx context.Context, tx *sql.Tx, subscriberID string) (int64, error) {
+	var pending int64
+	err := tx.QueryRowContext(ctx, `SELECT n FROM queue_counts WHERE subscriber_id = ? AND status = 'pending'`, subscriberID).Scan(&pending)
+	if err != nil || pending <= s.opts.BacklogCap {
+		return 0, ignoreNoRows(err)
+	}
+	r, err := tx.ExecContext(ctx, `UPDATE deliveries SET status = 'dead', reason = ?, last_error = 'backlog cap reached', updated_at = ?
+		WHERE seq IN (SELECT seq FROM deliveries WHERE subscriber_id = ? AND status = 'pending' ORDER BY updated_at, seq LIMIT ?)`,
+		ReasonBacklogOverflow, ms(s.Now()), subscriberID, pending-s.opts.BacklogCap)
+	if err != nil {
+		return 0, err
+	}
+	return r.RowsAffected()
+}
+
+func ignoreNoRows(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	return err
+}

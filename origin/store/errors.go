@@ -1,0 +1,49 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/edgehook/edgehook/shared/wire"
+)
+
+// Conditions callers branch on with errors.Is.
+var (
+	// ErrNotFound: no subscriber, delivery or event with that id.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: the id exists with different content (an event id re-emitted with another body
+	// or type, a subscriber id taken).
+	ErrConflict = errors.New("conflict")
+	// ErrQueueFull: the global backlog cap is reached; see *QueueFullError for the retry delay.
+	ErrQueueFull = errors.New("queue full")
+	// ErrInvalidState: the operation does not apply to the object's current state (retrying a
+	// delivered delivery, resuming an active subscriber is fine and not an error).
+	ErrInvalidState = errors.New("invalid state")
+	// ErrClosed: the store was closed.
+	ErrClosed = errors.New("store closed")
+)
+
+// QueueFullError is returned by Emit when the global backlog cap is reached. It wraps ErrQueueFull.
+type QueueFullError struct {
+	Depth      int64         // deliveries pending or in flight
+	Cap        int64         // the configured global cap
+	RetryAfter time.Duration // a suggested delay before emitting again
+}
+
+func (e *QueueFullError) Error() string {
+	return fmt.Sprintf("queue full: %d deliveries pending, cap %d; retry in %s", e.Depth, e.Cap, e.RetryAfter)
+}
+
+// Unwrap makes errors.Is(err, ErrQueueFull) true.
+func (e *QueueFullError) Unwrap() error { return ErrQueueFull }
+
+// FieldError is the validation error type: it names the field at fault (for EmitBatch,
+// "events[3].type"). It is the shared contract's type so the API maps every validation error alike.
+type FieldError = wire.FieldError
+
+func fieldErr(field string, err error) error { return &FieldError{Field: field, Err: err} }
+
+func fieldErrf(field, format string, args ...any) error {
+	return &FieldError{Field: field, Err: fmt.Errorf(format, args...)}
+}

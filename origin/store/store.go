@@ -1,0 +1,316 @@
+// Package store is the origin's durable queue: subscribers, events, deliveries and attempts in one
+// SQLite file (modernc.org/sqlite, no cgo). It owns every SQL statement of the origin.
+//
+// Several processes may open the same file at once (a daemon plus cron-started drainers): every
+// decision that must be shared — leases, token buckets, pauses, circuit breakers — lives in the
+// database and is changed only inside write transactions.
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// Synchronous modes. NORMAL (the default) in WAL mode makes a commit durable against a process
+// crash; FULL also against power loss, at one fsync per commit.
+const (
+	SyncNormal = "NORMAL"
+	SyncFull   = "FULL"
+)
+
+// Defaults of Options.
+const (
+	DefaultBusyTimeout  = 5 * time.Second
+	DefaultMaxBodyBytes = 256 << 10
+	DefaultBacklogCap   = 100_000   // per subscriber
+	DefaultGlobalCap    = 1_000_000 // all subscribers
+	DefaultReaders      = 4
+	// DefaultQueueFullRetry is the retry delay suggested when the global cap is reached.
+	DefaultQueueFullRetry = 30 * time.Second
+	// maxGroupEvents bounds how many events one group-commit transaction carries.
+	maxGroupEvents = 512
+)
+
+// Options configure Open. Zero fields take the defaults.
+type Options struct {
+	Path         string        // the database file; created if missing
+	Synchronous  string        // SyncNormal (default) or SyncFull
+	BusyTimeout  time.Duration // how long a writer waits for another process's write lock
+	MaxBodyBytes int           // largest event body accepted
+	BacklogCap   int64         // pending deliveries per subscriber before the oldest are dead-lettered
+	GlobalCap    int64         // pending + in-flight deliveries before Emit fails with ErrQueueFull
+	Readers      int           // size of the read-only connection pool
+	// Now is the clock; nil means time.Now. Tests inject a settable one.
+	Now func() time.Time
+}
+
+func (o *Options) setDefaults() error {
+	if o.Path == "" {
+		return fieldErrf("path", "the database path is required")
+	}
+	switch strings.ToUpper(o.Synchronous) {
+	case "":
+		o.Synchronous = SyncNormal
+	case SyncNormal, SyncFull:
+		o.Synchronous = strings.ToUpper(o.Synchronous)
+	default:
+		return fieldErrf("synchronous", "%q must be NORMAL or FULL", o.Synchronous)
+	}
+	for _, f := range []struct {
+		name string
+		neg  bool
+	}{
+		{"busy_timeout", o.BusyTimeout < 0}, {"max_body_bytes", o.MaxBodyBytes < 0},
+		{"backlog_cap", o.BacklogCap < 0}, {"global_cap", o.GlobalCap < 0}, {"readers", o.Readers < 0},
+	} {
+		if f.neg {
+			return fieldErrf(f.name, "must not be negative")
+		}
+	}
+	if o.BusyTimeout == 0 {
+		o.BusyTimeout = DefaultBusyTimeout
+	}
+	if o.MaxBodyBytes == 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.BacklogCap == 0 {
+		o.BacklogCap = DefaultBacklogCap
+	}
+	if o.GlobalCap == 0 {
+		o.GlobalCap = DefaultGlobalCap
+	}
+	if o.Readers == 0 {
+		o.Readers = DefaultReaders
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return nil
+}
+
+// Store is an open database. It is safe for concurrent use.
+type Store struct {
+	opts Options
+	// w is the only connection that writes. SQLite allows one writer at a time per file; with a pool
+	// of writers, each would take the lock in turn and the others would spin in busy_timeout, and a
+	// deferred transaction that upgrades from read to write can fail with SQLITE_BUSY no matter the
+	// timeout. One connection (MaxOpenConns 1) with BEGIN IMMEDIATE serialises this process's writes
+	// in Go, where waiting is cheap and fair, and leaves busy_timeout to arbitrate between processes.
+	w *sql.DB
+	// r is a pool of read-only connections: WAL lets them read while the writer writes.
+	r *sql.DB
+
+	storeID string // random, from meta: prefixes delivery ids
+
+	emits    chan *emitReq // to the group committer
+	wake     chan struct{} // signalled after each emit commit (engine wake-up)
+	stop     chan struct{}
+	done     chan struct{}
+	closeMu  sync.Once
+	closeErr error
+
+	subsMu   sync.Mutex
+	subsVer  string        // meta subscribers_version the cache was loaded at
+	subsList []*Subscriber // cache of non-disabled subscribers for emit matching
+
+	counters Counters
+}
+
+// Open opens (creating if needed) the database at opts.Path, applies pending migrations and starts
+// the group committer. Close releases it.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	dsn := func(extra string) string {
+		q := url.Values{}
+		q.Add("_pragma", "busy_timeout("+strconv.FormatInt(opts.BusyTimeout.Milliseconds(), 10)+")")
+		q.Add("_pragma", "foreign_keys(1)")
+		q.Add("_pragma", "synchronous("+opts.Synchronous+")")
+		return "file:" + opts.Path + "?" + q.Encode() + extra
+	}
+	w, err := sql.Open("sqlite", dsn("&_pragma=journal_mode(WAL)&_txlock=immediate"))
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", opts.Path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+	s := &Store{opts: opts, w: w, emits: make(chan *emitReq, maxGroupEvents), wake: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	if err := s.Migrate(ctx); err != nil {
+		w.Close()
+		return nil, err
+	}
+	r, err := sql.Open("sqlite", dsn("&_pragma=query_only(1)"))
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open %s: %w", opts.Path, err)
+	}
+	r.SetMaxOpenConns(opts.Readers)
+	r.SetMaxIdleConns(opts.Readers)
+	s.r = r
+	if err := s.w.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'store_id'`).Scan(&s.storeID); err != nil {
+		s.w.Close()
+		r.Close()
+		return nil, fmt.Errorf("read store id: %w", err)
+	}
+	go s.commitLoop()
+	return s, nil
+}
+
+// Close stops the group committer (emits already queued are committed) and closes the database.
+func (s *Store) Close() error {
+	s.closeMu.Do(func() {
+		close(s.stop)
+		<-s.done
+		s.closeErr = errors.Join(s.r.Close(), s.w.Close())
+	})
+	return s.closeErr
+}
+
+// Now returns the store's clock reading.
+func (s *Store) Now() time.Time { return s.opts.Now() }
+
+// Wake is signalled (without blocking, coalesced) after every emit that created deliveries, so an
+// engine in the same process can claim at once instead of waiting for its next poll.
+func (s *Store) Wake() <-chan struct{} { return s.wake }
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Migrate applies the embedded migrations that the database has not seen, each in its own
+// transaction, recording the version in PRAGMA user_version. Open calls it; it is exported for
+// `edgehook migrate`. It returns an error if the database is newer than this binary.
+func (s *Store) Migrate(ctx context.Context) error {
+	names, err := fs.Glob(migrationFS, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	var current int
+	if err := s.w.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&current); err != nil {
+		return fmt.Errorf("migrate: read version: %w", err)
+	}
+	if current > len(names) {
+		return fmt.Errorf("migrate: database schema version %d is newer than this binary's %d", current, len(names))
+	}
+	for i := current; i < len(names); i++ {
+		body, err := migrationFS.ReadFile(names[i])
+		if err != nil {
+			return err
+		}
+		err = s.inTx(ctx, func(tx *sql.Tx) error {
+			// Re-check inside the write lock: another process may have migrated meanwhile.
+			var v int
+			if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
+				return err
+			}
+			if v != i {
+				return nil
+			}
+			if _, err := tx.ExecContext(ctx, string(body)); err != nil {
+				return err
+			}
+			if i == 0 {
+				if _, err := tx.ExecContext(ctx, `INSERT INTO meta(key, value) VALUES ('store_id', ?), ('subscribers_version', '0')`, randomHex(4)); err != nil {
+					return err
+				}
+			}
+			_, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, i+1))
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("migrate: %s: %w", names[i], err)
+		}
+	}
+	return nil
+}
+
+// Ping checks that the database answers and can take a write lock (for /readyz): it runs an empty
+// write transaction on the writer connection.
+func (s *Store) Ping(ctx context.Context) error {
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE meta SET value = value WHERE key = 'store_id'`)
+		return err
+	})
+}
+
+// inTx runs fn in a write transaction (BEGIN IMMEDIATE) and commits it.
+func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// randomHex returns n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b) // never fails (crypto/rand since Go 1.24)
+	return hex.EncodeToString(b)
+}
+
+// ms converts a time to the stored unix milliseconds; the zero time is 0.
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// fromMS converts stored unix milliseconds back; 0 is the zero time.
+func fromMS(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v)
+}
+
+// Counters are cumulative in-process counts of things the store decides on its own (at emit), for
+// the engine's metrics.
+type Counters struct {
+	mu              sync.Mutex
+	superseded      int64
+	backlogOverflow int64
+}
+
+// CounterValues is a snapshot of Counters.
+type CounterValues struct {
+	Superseded      int64 // deliveries superseded by a newer event with the same coalesce key
+	BacklogOverflow int64 // pending deliveries dead-lettered by the per-subscriber backlog cap
+}
+
+// Counters returns the cumulative counts since Open.
+func (s *Store) Counters() CounterValues {
+	s.counters.mu.Lock()
+	defer s.counters.mu.Unlock()
+	return CounterValues{Superseded: s.counters.superseded, BacklogOverflow: s.counters.backlogOverflow}
+}
+
+func (c *Counters) add(superseded, overflow int64) {
+	c.mu.Lock()
+	c.superseded += superseded
+	c.backlogOverflow += overflow
+	c.mu.Unlock()
+}

@@ -1,0 +1,473 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/edgehook/edgehook/shared/signature"
+	"github.com/edgehook/edgehook/shared/wire"
+)
+
+// MaxRotationOverlap bounds how long a rotated-out secret stays valid.
+const MaxRotationOverlap = 30 * 24 * time.Hour
+
+// validate fills defaults and checks every field, returning a *FieldError naming the first bad one.
+func (in *SubscriberInput) validate(creating bool) error {
+	if creating {
+		if in.ID == "" {
+			in.ID = "sub_" + randomHex(8)
+		}
+		if err := wire.ValidateID(in.ID); err != nil {
+			return fieldErr("id", err)
+		}
+	}
+	if in.Profile == "" {
+		in.Profile = ProfileStandard
+	}
+	if in.Mode == "" {
+		in.Mode = ModeDirect
+	}
+	if in.RatePerSec == 0 {
+		in.RatePerSec = DefaultRatePerSec
+	}
+	if in.Burst == 0 {
+		in.Burst = DefaultBurst
+	}
+	if in.MaxInFlight == 0 {
+		in.MaxInFlight = DefaultMaxInFlight
+	}
+	if in.TimeoutMS == 0 {
+		in.TimeoutMS = DefaultTimeoutMS
+	}
+	if _, err := wire.ParsePatterns(in.Events); err != nil {
+		return fieldErr("events", err)
+	}
+	switch in.Profile {
+	case ProfileStandard:
+		if in.LegacyPrefix != "" {
+			return fieldErrf("legacy_prefix", "only applies to the legacy profile")
+		}
+	case ProfileLegacy:
+		if err := signature.ValidateLegacyPrefix(in.LegacyPrefix); err != nil {
+			return fieldErr("legacy_prefix", err)
+		}
+	default:
+		return fieldErrf("profile", "%q must be standard or legacy", in.Profile)
+	}
+	if in.Mode != ModeDirect && in.Mode != ModeEdge {
+		return fieldErrf("mode", "%q must be direct or edge", in.Mode)
+	}
+	if math.IsNaN(in.RatePerSec) || in.RatePerSec <= 0 || in.RatePerSec > MaxRatePerSec {
+		return fieldErrf("rate_per_sec", "%v must be above 0 and at most %v", in.RatePerSec, MaxRatePerSec)
+	}
+	if in.Burst < 1 || in.Burst > MaxBurst {
+		return fieldErrf("burst", "%d must be 1 to %d", in.Burst, MaxBurst)
+	}
+	if in.MaxInFlight < 1 || in.MaxInFlight > MaxMaxInFlight {
+		return fieldErrf("max_in_flight", "%d must be 1 to %d", in.MaxInFlight, MaxMaxInFlight)
+	}
+	// The edge record carries url, timeout, headers and the coalesce rule: one validation for both.
+	rec := wire.SubscriberRecord{URL: in.URL, TimeoutMS: in.TimeoutMS, Headers: in.Headers, Coalesce: in.Coalesce, Active: true}
+	return rec.Validate()
+}
+
+func (in *SubscriberInput) applyPatch(p SubscriberPatch) {
+	if p.URL != nil {
+		in.URL = *p.URL
+	}
+	if p.Events != nil {
+		in.Events = *p.Events
+	}
+	if p.Profile != nil {
+		in.Profile = *p.Profile
+	}
+	if p.LegacyPrefix != nil {
+		in.LegacyPrefix = *p.LegacyPrefix
+	}
+	if p.Mode != nil {
+		in.Mode = *p.Mode
+	}
+	if p.RatePerSec != nil {
+		in.RatePerSec = *p.RatePerSec
+	}
+	if p.Burst != nil {
+		in.Burst = *p.Burst
+	}
+	if p.MaxInFlight != nil {
+		in.MaxInFlight = *p.MaxInFlight
+	}
+	if p.TimeoutMS != nil {
+		in.TimeoutMS = *p.TimeoutMS
+	}
+	if p.Headers != nil {
+		in.Headers = *p.Headers
+	}
+	if p.Coalesce != nil {
+		in.Coalesce = *p.Coalesce
+	}
+}
+
+// CreateSubscriber validates in, stores the subscriber with a fresh secret and returns it. The
+// secret is in the result's Secrets; callers show it once. An id already taken is ErrConflict.
+func (s *Store) CreateSubscriber(ctx context.Context, in SubscriberInput) (*Subscriber, error) {
+	if err := in.validate(true); err != nil {
+		return nil, err
+	}
+	sec, err := signature.NewSecret()
+	if err != nil {
+		return nil, err
+	}
+	now := ms(s.Now())
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		var exists int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM subscribers WHERE id = ?`, in.ID).Scan(&exists); err != nil {
+			return err
+		}
+		if exists > 0 {
+			return fmt.Errorf("subscriber %q already exists: %w", in.ID, ErrConflict)
+		}
+		events, headers, coalesce := encodeSettings(&in)
+		if _, err := tx.ExecContext(ctx, `INSERT INTO subscribers(id, url, events, profile, legacy_prefix, mode, rate_per_sec,
+			burst, max_in_flight, timeout_ms, headers, coalesce, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			in.ID, in.URL, events, in.Profile, in.LegacyPrefix, in.Mode, in.RatePerSec, in.Burst, in.MaxInFlight,
+			in.TimeoutMS, headers, coalesce, now, now); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO subscriber_secrets(subscriber_id, secret, created_at) VALUES (?, ?, ?)`,
+			in.ID, sec.String(), now); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO limiter(subscriber_id, tokens, refilled_at) VALUES (?, ?, ?)`,
+			in.ID, in.Burst, now); err != nil {
+			return err
+		}
+		return bumpSubscribersVersion(ctx, tx)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.GetSubscriber(ctx, in.ID)
+}
+
+func encodeSettings(in *SubscriberInput) (events, headers, coalesce string) {
+	e, _ := json.Marshal(in.Events)
+	h := []byte("{}")
+	if len(in.Headers) > 0 {
+		h, _ = json.Marshal(in.Headers)
+	}
+	if in.Coalesce != nil {
+		c, _ := json.Marshal(in.Coalesce)
+		coalesce = string(c)
+	}
+	return string(e), string(h), coalesce
+}
+
+// bumpSubscribersVersion invalidates every process's cache of subscribers used by emit.
+func bumpSubscribersVersion(ctx context.Context, tx *sql.Tx) error {
+	_, err := tx.ExecContext(ctx, `UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'subscribers_version'`)
+	return err
+}
+
+const subscriberColumns = `id, url, events, profile, legacy_prefix, mode, rate_per_sec, burst, max_in_flight,
+	timeout_ms, headers, coalesce, state, state_reason, created_at, updated_at`
+
+type rowScanner interface{ Scan(dest ...any) error }
+
+func scanSubscriber(row rowScanner) (*Subscriber, error) {
+	var (
+		sub                       Subscriber
+		events, headers, coalesce string
+		createdAt, updatedAt      int64
+		profile, mode, state      string
+	)
+	if err := row.Scan(&sub.ID, &sub.URL, &events, &profile, &sub.LegacyPrefix, &mode, &sub.RatePerSec, &sub.Burst,
+		&sub.MaxInFlight, &sub.TimeoutMS, &headers, &coalesce, &state, &sub.StateReason, &createdAt, &updatedAt); err != nil {
+		return nil, err
+	}
+	sub.Profile, sub.Mode, sub.State = Profile(profile), Mode(mode), State(state)
+	sub.CreatedAt, sub.UpdatedAt = fromMS(createdAt), fromMS(updatedAt)
+	var list []string
+	if err := json.Unmarshal([]byte(events), &list); err != nil {
+		return nil, fmt.Errorf("subscriber %s: events: %w", sub.ID, err)
+	}
+	for _, p := range list {
+		sub.Events = append(sub.Events, wire.Pattern(p))
+	}
+	if err := json.Unmarshal([]byte(headers), &sub.Headers); err != nil {
+		return nil, fmt.Errorf("subscriber %s: headers: %w", sub.ID, err)
+	}
+	if len(sub.Headers) == 0 {
+		sub.Headers = nil
+	}
+	if coalesce != "" {
+		sub.Coalesce = new(wire.CoalesceRule)
+		if err := json.Unmarshal([]byte(coalesce), sub.Coalesce); err != nil {
+			return nil, fmt.Errorf("subscriber %s: coalesce: %w", sub.ID, err)
+		}
+	}
+	return &sub, nil
+}
+
+// loadSecrets fills the secrets of subs (newest first) using q.
+func loadSecrets(ctx context.Context, q interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, subs map[string]*Subscriber) error {
+	rows, err := q.QueryContext(ctx, `SELECT subscriber_id, secret, created_at, expires_at FROM subscriber_secrets ORDER BY created_at DESC`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, text string
+		var created, expires int64
+		if err := rows.Scan(&id, &text, &created, &expires); err != nil {
+			return err
+		}
+		sub := subs[id]
+		if sub == nil {
+			continue
+		}
+		sec, err := signature.ParseSecret(text)
+		if err != nil {
+			return fmt.Errorf("subscriber %s: stored secret: %w", id, err)
+		}
+		sub.Secrets = append(sub.Secrets, Secret{Secret: sec, CreatedAt: fromMS(created), ExpiresAt: fromMS(expires)})
+	}
+	return rows.Err()
+}
+
+// GetSubscriber returns one subscriber with its secrets, or ErrNotFound.
+func (s *Store) GetSubscriber(ctx context.Context, id string) (*Subscriber, error) {
+	sub, err := scanSubscriber(s.r.QueryRowContext(ctx, `SELECT `+subscriberColumns+` FROM subscribers WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("subscriber %q: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT secret, created_at, expires_at FROM subscriber_secrets WHERE subscriber_id = ? ORDER BY created_at DESC`, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var text string
+		var created, expires int64
+		if err := rows.Scan(&text, &created, &expires); err != nil {
+			return nil, err
+		}
+		sec, err := signature.ParseSecret(text)
+		if err != nil {
+			return nil, fmt.Errorf("subscriber %s: stored secret: %w", id, err)
+		}
+		sub.Secrets = append(sub.Secrets, Secret{Secret: sec, CreatedAt: fromMS(created), ExpiresAt: fromMS(expires)})
+	}
+	return sub, rows.Err()
+}
+
+// ListSubscribers returns every subscriber, ordered by id, with secrets.
+func (s *Store) ListSubscribers(ctx context.Context) ([]*Subscriber, error) {
+	return s.listSubscribers(ctx, s.r, "")
+}
+
+func (s *Store) listSubscribers(ctx context.Context, q interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, where string) ([]*Subscriber, error) {
+	rows, err := q.QueryContext(ctx, `SELECT `+subscriberColumns+` FROM subscribers `+where+` ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	var list []*Subscriber
+	byID := map[string]*Subscriber{}
+	for rows.Next() {
+		sub, err := scanSubscriber(rows)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		list = append(list, sub)
+		byID[sub.ID] = sub
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return list, loadSecrets(ctx, q, byID)
+}
+
+// UpdateSubscriber applies patch to the subscriber's settings (validated as a whole) and returns it.
+func (s *Store) UpdateSubscriber(ctx context.Context, id string, patch SubscriberPatch) (*Subscriber, error) {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		cur, err := scanSubscriber(tx.QueryRowContext(ctx, `SELECT `+subscriberColumns+` FROM subscribers WHERE id = ?`, id))
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("subscriber %q: %w", id, ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		in := SubscriberInput{URL: cur.URL, Profile: cur.Profile, LegacyPrefix: cur.LegacyPrefix, Mode: cur.Mode,
+			RatePerSec: cur.RatePerSec, Burst: cur.Burst, MaxInFlight: cur.MaxInFlight, TimeoutMS: cur.TimeoutMS,
+			Headers: cur.Headers, Coalesce: cur.Coalesce}
+		for _, p := range cur.Events {
+			in.Events = append(in.Events, string(p))
+		}
+		in.applyPatch(patch)
+		if err := in.validate(false); err != nil {
+			return err
+		}
+		events, headers, coalesce := encodeSettings(&in)
+		if _, err := tx.ExecContext(ctx, `UPDATE subscribers SET url = ?, events = ?, profile = ?, legacy_prefix = ?, mode = ?,
+			rate_per_sec = ?, burst = ?, max_in_flight = ?, timeout_ms = ?, headers = ?, coalesce = ?, updated_at = ? WHERE id = ?`,
+			in.URL, events, in.Profile, in.LegacyPrefix, in.Mode, in.RatePerSec, in.Burst, in.MaxInFlight, in.TimeoutMS,
+			headers, coalesce, ms(s.Now()), id); err != nil {
+			return err
+		}
+		// A smaller burst clamps the stored bucket at once.
+		if _, err := tx.ExecContext(ctx, `UPDATE limiter SET tokens = min(tokens, ?) WHERE subscriber_id = ?`, in.Burst, id); err != nil {
+			return err
+		}
+		return bumpSubscribersVersion(ctx, tx)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.GetSubscriber(ctx, id)
+}
+
+// DeleteSubscriber removes a subscriber with its deliveries and attempts (events stay until the
+// retention prune).
+func (s *Store) DeleteSubscriber(ctx context.Context, id string) error {
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM subscribers WHERE id = ?`, id)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("subscriber %q: %w", id, ErrNotFound)
+		}
+		return bumpSubscribersVersion(ctx, tx)
+	})
+}
+
+// PauseSubscriber stops sending to a subscriber; its deliveries keep queueing. reason is recorded.
+func (s *Store) PauseSubscriber(ctx context.Context, id, reason string) (*Subscriber, error) {
+	return s.setState(ctx, id, StatePaused, reason)
+}
+
+// ResumeSubscriber makes a paused or disabled subscriber active again: held deliveries become
+// pending and are due at once; the Retry-After pause and the circuit breaker are reset.
+func (s *Store) ResumeSubscriber(ctx context.Context, id string) (*Subscriber, error) {
+	return s.setState(ctx, id, StateActive, "")
+}
+
+// setState changes a subscriber's state in one transaction with its consequences for deliveries.
+func (s *Store) setState(ctx context.Context, id string, state State, reason string) (*Subscriber, error) {
+	now := ms(s.Now())
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		return setStateTx(ctx, tx, id, state, reason, now)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.GetSubscriber(ctx, id)
+}
+
+func setStateTx(ctx context.Context, tx *sql.Tx, id string, state State, reason string, now int64) error {
+	res, err := tx.ExecContext(ctx, `UPDATE subscribers SET state = ?, state_reason = ?, updated_at = ? WHERE id = ?`, state, reason, now, id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("subscriber %q: %w", id, ErrNotFound)
+	}
+	switch state {
+	case StateDisabled:
+		_, err = tx.ExecContext(ctx, `UPDATE deliveries SET status = 'held', reason = ?, updated_at = ?
+			WHERE subscriber_id = ? AND status = 'pending'`, reason, now, id)
+	case StateActive:
+		if _, err = tx.ExecContext(ctx, `UPDATE deliveries SET status = 'pending', reason = '', next_attempt_at = ?, updated_at = ?
+			WHERE subscriber_id = ? AND status = 'held'`, now, now, id); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE limiter SET paused_until = 0, consecutive_failures = 0, circuit = 'closed',
+			circuit_until = 0, circuit_opens = 0 WHERE subscriber_id = ?`, id)
+	}
+	if err != nil {
+		return err
+	}
+	return bumpSubscribersVersion(ctx, tx)
+}
+
+// RotateSecret adds a new current secret and makes the current ones expire after overlap (0: at
+// once). Until then deliveries carry a signature by each (see ProfileLegacy for the legacy profile).
+// It returns the subscriber with the new secret first.
+func (s *Store) RotateSecret(ctx context.Context, id string, overlap time.Duration) (*Subscriber, error) {
+	if overlap < 0 || overlap > MaxRotationOverlap {
+		return nil, fieldErrf("overlap", "%s must be 0 to %s", overlap, MaxRotationOverlap)
+	}
+	sec, err := signature.NewSecret()
+	if err != nil {
+		return nil, err
+	}
+	now := s.Now()
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		var exists int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM subscribers WHERE id = ?`, id).Scan(&exists); err != nil {
+			return err
+		}
+		if exists == 0 {
+			return fmt.Errorf("subscriber %q: %w", id, ErrNotFound)
+		}
+		expiry := max(ms(now.Add(overlap)), 1)
+		if _, err := tx.ExecContext(ctx, `UPDATE subscriber_secrets SET expires_at = ? WHERE subscriber_id = ? AND (expires_at = 0 OR expires_at > ?)`,
+			expiry, id, expiry); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM subscriber_secrets WHERE subscriber_id = ? AND expires_at <> 0 AND expires_at <= ?`, id, ms(now)); err != nil {
+			return err
+		}
+		// created_at must order the new secret first even within one millisecond.
+		var newest int64
+		if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(created_at), 0) FROM subscriber_secrets WHERE subscriber_id = ?`, id).Scan(&newest); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO subscriber_secrets(subscriber_id, secret, created_at) VALUES (?, ?, ?)`,
+			id, sec.String(), max(ms(now), newest+1)); err != nil {
+			return err
+		}
+		return bumpSubscribersVersion(ctx, tx)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.GetSubscriber(ctx, id)
+}
+
+// matchingSubscribers returns the cached non-disabled subscribers, reloading them inside tx when
+// any process changed a subscriber since the last load.
+func (s *Store) matchingSubscribers(ctx context.Context, tx *sql.Tx) ([]*Subscriber, error) {
+	var ver string
+	if err := tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'subscribers_version'`).Scan(&ver); err != nil {
+		return nil, err
+	}
+	s.subsMu.Lock()
+	defer s.subsMu.Unlock()
+	if ver == s.subsVer && s.subsList != nil {
+		return s.subsList, nil
+	}
+	list, err := s.listSubscribers(ctx, tx, `WHERE state <> '`+string(StateDisabled)+`'`)
+	if err != nil {
+		return nil, err
+	}
+	if list == nil {
+		list = []*Subscriber{}
+	}
+	s.subsVer, s.subsList = ver, list
+	return list, nil
+}

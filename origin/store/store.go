@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -128,6 +129,7 @@ type Store struct {
 	subsList []*Subscriber // cache of non-disabled subscribers for emit matching
 
 	counters Counters
+	commits  atomic.Int64 // group-commit transactions, for tests
 }
 
 // Open opens (creating if needed) the database at opts.Path, applies pending migrations and starts

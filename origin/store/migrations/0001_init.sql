@@ -81,11 +81,9 @@ CREATE TABLE deliveries (
 -- partial, so a million delivered rows cost these indexes nothing.
 CREATE INDEX deliveries_due_first ON deliveries(subscriber_id, next_attempt_at) WHERE status = 'pending' AND attempts = 0;
 CREATE INDEX deliveries_due_retry ON deliveries(subscriber_id, next_attempt_at) WHERE status = 'pending' AND attempts > 0;
--- Expired leases, for the rescue at each claim.
-CREATE INDEX deliveries_leased ON deliveries(lease_expires_at) WHERE status = 'leased';
 -- Coalescing looks up a subscriber's older pending delivery with the same key.
 CREATE INDEX deliveries_coalesce ON deliveries(subscriber_id, coalesce_key) WHERE status = 'pending' AND coalesce_key <> '';
--- Listing, replay and retention.
+-- Listing, replay, retention, backlog trimming, and the rescue of expired leases (status 'leased').
 CREATE INDEX deliveries_event ON deliveries(event_seq);
 CREATE INDEX deliveries_sub_status ON deliveries(subscriber_id, status, updated_at);
 CREATE INDEX deliveries_status ON deliveries(status, updated_at);
@@ -129,5 +127,5 @@ CREATE TRIGGER deliveries_count_delete AFTER DELETE ON deliveries BEGIN
 END;
 
 CREATE TRIGGER subscribers_counts_delete AFTER DELETE ON subscribers BEGIN
-  DELETE FROM queue_counts WHERE subscriber_id = OLD.subscriber_id;
+  DELETE FROM queue_counts WHERE subscriber_id = OLD.id;
 END;

@@ -1,0 +1,344 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func settle(t testing.TB, s *Store, now time.Time, items ...Settlement) int {
+	t.Helper()
+	stale, err := s.Settle(context.Background(), now, CircuitPolicy{Threshold: 3, BaseCooldown: time.Minute, MaxCooldown: 10 * time.Minute}, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stale
+}
+
+func done(c Claimed, r Result) Settlement {
+	return Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: c.Subscriber.ID, Result: r}
+}
+
+func emitN(t testing.TB, s *Store, prefix string, n int) {
+	t.Helper()
+	for i := 0; i < n; i += maxGroupEvents {
+		var batch []EmitInput
+		for j := i; j < min(n, i+maxGroupEvents); j++ {
+			batch = append(batch, EmitInput{ID: fmt.Sprintf("%s-%d", prefix, j), Type: prefix + ".t", Body: []byte(`{}`)})
+		}
+		if _, err := s.EmitBatch(context.Background(), batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func bySub(res ClaimResult) map[string]int {
+	m := map[string]int{}
+	for _, c := range res.Deliveries {
+		m[c.Subscriber.ID]++
+	}
+	return m
+}
+
+func TestClaimIsFairAcrossSubscribers(t *testing.T) {
+	t.Parallel()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "big", Events: []string{"big.*"}, RatePerSec: 1000, Burst: 1000, MaxInFlight: 1000})
+	mustSub(t, s, SubscriberInput{ID: "small", Events: []string{"small.*"}})
+	emitN(t, s, "big", 3000)
+	mustEmit(t, s, "small-1", "small.t", `{}`)
+	got := bySub(claim(t, s, clk.Now(), 16))
+	if got["small"] != 1 || got["big"] != 15 {
+		t.Fatalf("claimed %v; the subscriber with one delivery must get it in the same claim", got)
+	}
+}
+
+func TestClaimPrefersFirstAttempts(t *testing.T) {
+	t.Parallel()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	mustEmit(t, s, "old", "t", `{}`)
+	c := claim(t, s, clk.Now(), 1).Deliveries[0]
+	settle(t, s, clk.Now(), Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: "a", Result: ResultRetry, NextAttemptAt: clk.Now()})
+	clk.Advance(time.Second)
+	mustEmit(t, s, "new", "t", `{}`)
+	got := claim(t, s, clk.Now(), 1).Deliveries
+	if len(got) != 1 || got[0].Event.ID != "new" {
+		t.Fatalf("claimed %v, want the first attempt before the older retry", got)
+	}
+	if got := claim(t, s, clk.Now(), 1).Deliveries; len(got) != 1 || got[0].Event.ID != "old" || got[0].Attempts != 1 {
+		t.Fatalf("then the retry: %+v", got)
+	}
+}
+
+func TestClaimTokenBucket(t *testing.T) {
+	t.Parallel()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a", RatePerSec: 2, Burst: 3, MaxInFlight: 100})
+	emitN(t, s, "x", 20)
+	start := clk.Now()
+	total := 0
+	for step := range 20 {
+		res := claim(t, s, clk.Now(), 100)
+		total += len(res.Deliveries)
+		if limit := 3 + 2*clk.Now().Sub(start).Seconds(); float64(total) > limit {
+			t.Fatalf("step %d: %d claimed after %s, limit %.1f", step, total, clk.Now().Sub(start), limit)
+		}
+		if len(res.Deliveries) == 0 && !res.Waiting && total < 20 {
+			t.Fatalf("step %d: rate-limited but not Waiting", step)
+		}
+		for _, c := range res.Deliveries {
+			settle(t, s, clk.Now(), done(c, ResultDelivered))
+		}
+		clk.Advance(250 * time.Millisecond)
+	}
+	// 3 at once, then 2 per second: at 4.75 s the bucket allowed 3 + 9.5 → 12.
+	if total != 12 {
+		t.Fatalf("claimed %d in 4.75 s, want 12 (burst 3 + 2/s)", total)
+	}
+}
+
+func TestClaimInFlightCapAndPause(t *testing.T) {
+	t.Parallel()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a", MaxInFlight: 2})
+	emitN(t, s, "x", 5)
+	first := claim(t, s, clk.Now(), 10)
+	if len(first.Deliveries) != 2 {
+		t.Fatalf("claimed %d, in-flight cap 2", len(first.Deliveries))
+	}
+	if res := claim(t, s, clk.Now(), 10); len(res.Deliveries) != 0 || !res.Waiting {
+		t.Fatalf("at the cap: %+v", res)
+	}
+	pause := clk.Now().Add(30 * time.Second) // within the one-minute lease of the other
+	c := first.Deliveries[0]
+	settle(t, s, clk.Now(), Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: "a", Result: ResultRetry, NextAttemptAt: pause, PauseUntil: pause})
+	if res := claim(t, s, clk.Now(), 10); len(res.Deliveries) != 0 || res.Waiting {
+		t.Fatalf("paused subscriber was claimed or reported waiting: %+v", res)
+	}
+	clk.Advance(30 * time.Second)
+	if res := claim(t, s, clk.Now(), 10); len(res.Deliveries) != 1 {
+		t.Fatalf("after the pause: %d claimed, want 1 (one still in flight)", len(res.Deliveries))
+	}
+}
+
+func TestExpiredLeaseIsReclaimedAndStaleSettleIgnored(t *testing.T) {
+	t.Parallel()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	mustEmit(t, s, "e", "t", `{}`)
+	old := claim(t, s, clk.Now(), 1).Deliveries[0]
+	if res := claim(t, s, clk.Now(), 1); len(res.Deliveries) != 0 {
+		t.Fatal("a leased delivery was claimed twice")
+	}
+	clk.Advance(time.Minute) // the lease ends
+	again := claim(t, s, clk.Now(), 1).Deliveries
+	if len(again) != 1 || again[0].Seq != old.Seq || again[0].LeaseToken == old.LeaseToken {
+		t.Fatalf("expired lease not reclaimed with a new token: %+v", again)
+	}
+	if stale := settle(t, s, clk.Now(), done(old, ResultDelivered)); stale != 1 {
+		t.Fatalf("settle with the lost lease: stale = %d, want 1", stale)
+	}
+	d, err := s.GetDelivery(context.Background(), old.DeliveryID)
+	if err != nil || d.Status != StatusLeased {
+		t.Fatalf("the old owner overwrote the new one: %+v %v", d, err)
+	}
+	if stale := settle(t, s, clk.Now(), done(again[0], ResultDelivered)); stale != 0 {
+		t.Fatal("the new owner's settle was refused")
+	}
+}
+
+func TestCircuitBreaker(t *testing.T) {
+	t.Parallel()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	emitN(t, s, "x", 10)
+	fail := func(c Claimed) Settlement {
+		return Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: "a", Result: ResultRetry, NextAttemptAt: clk.Now(), Circuit: CircuitFailure}
+	}
+	for range 3 { // threshold 3
+		c := claim(t, s, clk.Now(), 1).Deliveries[0]
+		settle(t, s, clk.Now(), fail(c))
+	}
+	if res := claim(t, s, clk.Now(), 10); len(res.Deliveries) != 0 {
+		t.Fatalf("open circuit let %d through", len(res.Deliveries))
+	}
+	clk.Advance(time.Minute) // first cool-down
+	probe := claim(t, s, clk.Now(), 10).Deliveries
+	if len(probe) != 1 || !probe[0].Probe {
+		t.Fatalf("after the cool-down want exactly one probe, got %d", len(probe))
+	}
+	if res := claim(t, s, clk.Now(), 10); len(res.Deliveries) != 0 {
+		t.Fatal("a second probe went out while the first was in flight")
+	}
+	settle(t, s, clk.Now(), fail(probe[0]))
+	clk.Advance(time.Minute)
+	if res := claim(t, s, clk.Now(), 10); len(res.Deliveries) != 0 {
+		t.Fatal("the cool-down did not grow after a failed probe")
+	}
+	clk.Advance(time.Minute) // 2 minutes: the second cool-down
+	probe = claim(t, s, clk.Now(), 10).Deliveries
+	if len(probe) != 1 {
+		t.Fatalf("second probe: %d", len(probe))
+	}
+	settle(t, s, clk.Now(), Settlement{Seq: probe[0].Seq, LeaseToken: probe[0].LeaseToken, SubscriberID: "a", Result: ResultDelivered, Circuit: CircuitSuccess})
+	if res := claim(t, s, clk.Now(), 10); len(res.Deliveries) < 2 {
+		t.Fatalf("closed circuit: %d claimed", len(res.Deliveries))
+	}
+}
+
+func TestGoneHoldsDeliveriesUntilResume(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	emitN(t, s, "x", 4)
+	cs := claim(t, s, clk.Now(), 2).Deliveries
+	gone := Settlement{Seq: cs[0].Seq, LeaseToken: cs[0].LeaseToken, SubscriberID: "a", Result: ResultRetry, NextAttemptAt: clk.Now(), Status: 410, Disable: "410 Gone"}
+	settle(t, s, clk.Now(), gone)
+	sub, _ := s.GetSubscriber(ctx, "a")
+	if sub.State != StateDisabled || sub.StateReason != "410 Gone" {
+		t.Fatalf("subscriber %s %q, want disabled", sub.State, sub.StateReason)
+	}
+	// The other one in flight comes back failed after the disable: held too.
+	settle(t, s, clk.Now(), Settlement{Seq: cs[1].Seq, LeaseToken: cs[1].LeaseToken, SubscriberID: "a", Result: ResultRetry, NextAttemptAt: clk.Now()})
+	if c := counts(t, s, "a"); c[StatusHeld] != 4 || c[StatusPending] != 0 {
+		t.Fatalf("counts %v, want all 4 held", c)
+	}
+	if res := mustEmit(t, s, "later", "x.t", `{}`); res.Deliveries != 0 {
+		t.Fatal("a disabled subscriber got a new delivery")
+	}
+	if _, err := s.ResumeSubscriber(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if res := claim(t, s, clk.Now(), 10); len(res.Deliveries) != 4 {
+		t.Fatalf("after resume %d claimed, want the 4 held", len(res.Deliveries))
+	}
+}
+
+func TestRetryReplayListAndPrune(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	emitN(t, s, "x", 5)
+	cs := claim(t, s, clk.Now(), 5).Deliveries
+	for i, c := range cs {
+		r := ResultDead
+		if i == 0 {
+			r = ResultDelivered
+		}
+		it := done(c, r)
+		it.Reason, it.Status, it.Error = ReasonMaxAttempts, 500, "boom"
+		it.Attempt = &Attempt{At: clk.Now(), Status: 500, Outcome: "http_5xx", Error: "boom", Excerpt: "oops"}
+		settle(t, s, clk.Now(), it)
+	}
+	d, err := s.GetDelivery(ctx, cs[1].DeliveryID)
+	if err != nil || d.Status != StatusDead || d.LastStatus != 500 || len(d.AttemptLog) != 1 || d.AttemptLog[0].Excerpt != "oops" || d.AttemptLog[0].Number != 1 {
+		t.Fatalf("dead delivery: %+v %v", d, err)
+	}
+	if _, err := s.RetryDelivery(ctx, cs[0].DeliveryID, clk.Now()); !errors.Is(err, ErrInvalidState) {
+		t.Fatalf("retrying a delivered delivery: %v", err)
+	}
+	if _, err := s.RetryDelivery(ctx, "dlv_nope_1", clk.Now()); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown id: %v", err)
+	}
+	d, err = s.RetryDelivery(ctx, cs[1].DeliveryID, clk.Now())
+	if err != nil || d.Status != StatusPending || d.Attempts != 0 {
+		t.Fatalf("retry: %+v %v", d, err)
+	}
+	n, err := s.ReplayDead(ctx, "a", time.Time{}, clk.Now().Add(time.Second), clk.Now())
+	if err != nil || n != 3 {
+		t.Fatalf("replay: %d %v, want 3", n, err)
+	}
+	// Pagination walks every delivery once, newest first.
+	var seen []string
+	cursor := ""
+	for range 10 {
+		page, err := s.ListDeliveries(ctx, DeliveryFilter{SubscriberID: "a", Limit: 2, Cursor: cursor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range page.Deliveries {
+			seen = append(seen, d.EventID)
+		}
+		if cursor = page.NextCursor; cursor == "" {
+			break
+		}
+	}
+	if strings.Join(seen, ",") != "x-4,x-3,x-2,x-1,x-0" {
+		t.Fatalf("pages gave %v", seen)
+	}
+	if _, err := s.ListDeliveries(ctx, DeliveryFilter{Status: "weird"}); fieldOf(err) != "status" {
+		t.Fatalf("bad status filter: %v", err)
+	}
+	// Retention: only the delivered one is old and finished.
+	clk.Advance(48 * time.Hour)
+	pruned, err := s.Prune(ctx, clk.Now().Add(-24*time.Hour))
+	if err != nil || pruned != 1 {
+		t.Fatalf("prune: %d %v, want 1", pruned, err)
+	}
+	if _, err := s.GetDelivery(ctx, cs[0].DeliveryID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("pruned delivery still there: %v", err)
+	}
+	if _, err := s.GetEvent(ctx, "x-0"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("orphan event not pruned: %v", err)
+	}
+	if _, err := s.GetEvent(ctx, "x-1"); err != nil {
+		t.Fatalf("event with live deliveries pruned: %v", err)
+	}
+}
+
+// TestDueQueriesUseIndexes pins the query plans that must stay cheap with a million rows pending:
+// claiming and the due check search the partial indexes instead of scanning deliveries.
+func TestDueQueriesUseIndexes(t *testing.T) {
+	t.Parallel()
+	s, _ := open(t, Options{})
+	for _, tc := range []struct {
+		query string
+		args  []any
+		index string
+	}{
+		{claimSQL("attempts = 0"), []any{"t", 1, 1, "a", 1, 10}, "deliveries_due_first"},
+		{claimSQL("attempts > 0"), []any{"t", 1, 1, "a", 1, 10}, "deliveries_due_retry"},
+		{supersedeSQL, []any{1, "a", "k"}, "deliveries_coalesce"},
+	} {
+		rows, err := s.r.Query(`EXPLAIN QUERY PLAN `+tc.query, tc.args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		joined := strings.Join(plan, "; ")
+		if !strings.Contains(joined, "INDEX "+tc.index+" ") || strings.Contains(joined, "TEMP B-TREE") {
+			t.Errorf("plan for %q is %q, want a search on %s without a sort", tc.query, joined, tc.index)
+		}
+	}
+}
+
+// TestTwoHandlesShareLeasesAndBuckets opens the file twice, as two processes would, and checks a
+// delivery is never leased by both and the token bucket is shared.
+func TestTwoHandlesShareLeasesAndBuckets(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "shared.db")
+	a, clk := open(t, Options{Path: path})
+	b, _ := open(t, Options{Path: path, Now: clk.Now})
+	mustSub(t, a, SubscriberInput{ID: "s", RatePerSec: 1, Burst: 4, MaxInFlight: 100})
+	emitN(t, b, "x", 10)
+	got := len(claim(t, a, clk.Now(), 3).Deliveries) + len(claim(t, b, clk.Now(), 10).Deliveries)
+	if got != 4 {
+		t.Fatalf("two handles claimed %d together, want the shared burst of 4", got)
+	}
+}

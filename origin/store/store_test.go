@@ -1,0 +1,496 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/edgehook/edgehook/shared/wire"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// clock is a settable clock shared by a test's store and claims.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// open opens a fresh store in t.TempDir() exactly as production does, with a fake clock.
+func open(t testing.TB, opts Options) (*Store, *clock) {
+	t.Helper()
+	clk := newClock()
+	if opts.Path == "" {
+		opts.Path = filepath.Join(t.TempDir(), "edgehook.db")
+	}
+	if opts.Now == nil {
+		opts.Now = clk.Now
+	}
+	s, err := Open(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, clk
+}
+
+func mustSub(t testing.TB, s *Store, in SubscriberInput) *Subscriber {
+	t.Helper()
+	if in.URL == "" {
+		in.URL = "https://example.com/hook"
+	}
+	if in.Events == nil {
+		in.Events = []string{"*"}
+	}
+	sub, err := s.CreateSubscriber(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub
+}
+
+func mustEmit(t testing.TB, s *Store, id, typ, body string) EmitResult {
+	t.Helper()
+	res, err := s.Emit(context.Background(), EmitInput{ID: id, Type: typ, Body: []byte(body)})
+	if err != nil {
+		t.Fatalf("emit %s: %v", id, err)
+	}
+	return res
+}
+
+func claim(t testing.TB, s *Store, now time.Time, limit int) ClaimResult {
+	t.Helper()
+	res, err := s.Claim(context.Background(), ClaimParams{Now: now, Limit: limit, LeaseDuration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func counts(t testing.TB, s *Store, subID string) map[Status]int64 {
+	t.Helper()
+	st, err := s.Stats(context.Background(), s.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ss := range st.Subscribers {
+		if ss.SubscriberID == subID {
+			return ss.Counts
+		}
+	}
+	t.Fatalf("no stats for %s", subID)
+	return nil
+}
+
+func fieldOf(err error) string {
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		return fe.Field
+	}
+	return ""
+}
+
+func TestOpenValidatesOptions(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		opts  Options
+		field string
+	}{
+		{Options{}, "path"},
+		{Options{Path: "x.db", Synchronous: "OFF"}, "synchronous"},
+		{Options{Path: "x.db", BacklogCap: -1}, "backlog_cap"},
+	} {
+		_, err := Open(context.Background(), tc.opts)
+		if fieldOf(err) != tc.field {
+			t.Errorf("Open(%+v) = %v, want a field error on %s", tc.opts, err, tc.field)
+		}
+	}
+}
+
+func TestMigrateIsIdempotentAcrossOpens(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "m.db")
+	s1, _ := open(t, Options{Path: path, Synchronous: "full"})
+	mustSub(t, s1, SubscriberInput{ID: "a"})
+	s2, _ := open(t, Options{Path: path})
+	if err := s2.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.GetSubscriber(context.Background(), "a"); err != nil {
+		t.Fatalf("second handle does not see the subscriber: %v", err)
+	}
+	if s1.storeID != s2.storeID || s1.storeID == "" {
+		t.Fatalf("store ids %q and %q differ", s1.storeID, s2.storeID)
+	}
+	if err := s2.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSubscriberValidationNamesTheField(t *testing.T) {
+	t.Parallel()
+	s, _ := open(t, Options{})
+	ok := SubscriberInput{URL: "https://example.com/h", Events: []string{"video.*"}}
+	for _, tc := range []struct {
+		mut   func(*SubscriberInput)
+		field string
+	}{
+		{func(in *SubscriberInput) { in.ID = "bad id" }, "id"},
+		{func(in *SubscriberInput) { in.URL = "ftp://x" }, "url"},
+		{func(in *SubscriberInput) { in.Events = nil }, "events"},
+		{func(in *SubscriberInput) { in.Events = []string{"a..b"} }, "events"},
+		{func(in *SubscriberInput) { in.Profile = "fancy" }, "profile"},
+		{func(in *SubscriberInput) { in.Profile = ProfileLegacy }, "legacy_prefix"},
+		{func(in *SubscriberInput) { in.Mode = "carrier-pigeon" }, "mode"},
+		{func(in *SubscriberInput) { in.RatePerSec = -1 }, "rate_per_sec"},
+		{func(in *SubscriberInput) { in.Burst = -2 }, "burst"},
+		{func(in *SubscriberInput) { in.MaxInFlight = MaxMaxInFlight + 1 }, "max_in_flight"},
+		{func(in *SubscriberInput) { in.TimeoutMS = 5 }, "timeout_ms"},
+		{func(in *SubscriberInput) { in.Headers = map[string]string{"webhook-id": "x"} }, "headers.webhook-id"},
+		{func(in *SubscriberInput) {
+			in.Coalesce = &wire.CoalesceRule{EventTypes: []string{"video.*"}, WindowSeconds: 5}
+		}, "coalesce.key"},
+	} {
+		in := ok
+		tc.mut(&in)
+		_, err := s.CreateSubscriber(context.Background(), in)
+		if got := fieldOf(err); got != tc.field {
+			t.Errorf("field = %q (err %v), want %q", got, err, tc.field)
+		}
+	}
+	list, err := s.ListSubscribers(context.Background())
+	if err != nil || len(list) != 0 {
+		t.Fatalf("invalid subscribers were stored: %v %v", list, err)
+	}
+}
+
+func TestSubscriberLifecycle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := open(t, Options{})
+	sub := mustSub(t, s, SubscriberInput{ID: "sub-1", Events: []string{"video.*"}})
+	if len(sub.Secrets) != 1 || sub.Secrets[0].Secret.IsZero() {
+		t.Fatalf("created subscriber has secrets %v, want one", sub.Secrets)
+	}
+	if sub.RatePerSec != DefaultRatePerSec || sub.Burst != DefaultBurst || sub.TimeoutMS != DefaultTimeoutMS || sub.Profile != ProfileStandard {
+		t.Fatalf("defaults not applied: %+v", sub)
+	}
+	if _, err := s.CreateSubscriber(ctx, SubscriberInput{ID: "sub-1", URL: "https://e.com", Events: []string{"*"}}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("duplicate id: %v, want ErrConflict", err)
+	}
+	rate, burst := 2.5, 3
+	got, err := s.UpdateSubscriber(ctx, "sub-1", SubscriberPatch{RatePerSec: &rate, Burst: &burst})
+	if err != nil || got.RatePerSec != 2.5 || got.Burst != 3 || got.URL != sub.URL {
+		t.Fatalf("update: %+v %v", got, err)
+	}
+	bad := -1
+	if _, err := s.UpdateSubscriber(ctx, "sub-1", SubscriberPatch{Burst: &bad}); fieldOf(err) != "burst" {
+		t.Fatalf("bad update: %v", err)
+	}
+	if got, err = s.PauseSubscriber(ctx, "sub-1", "maintenance"); err != nil || got.State != StatePaused || got.StateReason != "maintenance" {
+		t.Fatalf("pause: %+v %v", got, err)
+	}
+	if got, err = s.ResumeSubscriber(ctx, "sub-1"); err != nil || got.State != StateActive {
+		t.Fatalf("resume: %+v %v", got, err)
+	}
+	if err := s.DeleteSubscriber(ctx, "sub-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetSubscriber(ctx, "sub-1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("after delete: %v", err)
+	}
+	if err := s.DeleteSubscriber(ctx, "sub-1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("second delete: %v", err)
+	}
+}
+
+func TestRotateSecretOverlap(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	sub := mustSub(t, s, SubscriberInput{ID: "r", Profile: ProfileLegacy, LegacyPrefix: "VVV"})
+	old := sub.Secrets[0].Secret
+	rotated, err := s.RotateSecret(ctx, "r", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := rotated.Secrets[0].Secret
+	if fresh.String() == old.String() {
+		t.Fatal("rotation kept the same secret first")
+	}
+	active := rotated.ActiveSecrets(clk.Now())
+	if len(active) != 2 || active[0].String() != fresh.String() || active[1].String() != old.String() {
+		t.Fatalf("during the overlap want [new, old], got %d secrets", len(active))
+	}
+	if l, _ := rotated.LegacySecret(clk.Now()); l.String() != old.String() {
+		t.Fatal("legacy profile must sign with the old secret during the overlap")
+	}
+	clk.Advance(time.Hour)
+	if active := rotated.ActiveSecrets(clk.Now()); len(active) != 1 || active[0].String() != fresh.String() {
+		t.Fatalf("after the overlap want only the new secret, got %d", len(active))
+	}
+	if l, _ := rotated.LegacySecret(clk.Now()); l.String() != fresh.String() {
+		t.Fatal("legacy profile must sign with the new secret after the overlap")
+	}
+	if _, err := s.RotateSecret(ctx, "r", -time.Second); fieldOf(err) != "overlap" {
+		t.Fatalf("negative overlap: %v", err)
+	}
+	if _, err := s.RotateSecret(ctx, "nope", 0); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown subscriber: %v", err)
+	}
+}
+
+func TestEmitMatchesPatternsAndSkipsDisabled(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "all", Events: []string{"*"}})
+	mustSub(t, s, SubscriberInput{ID: "video", Events: []string{"video.*"}})
+	mustSub(t, s, SubscriberInput{ID: "exact", Events: []string{"video.trending"}})
+	mustSub(t, s, SubscriberInput{ID: "paused", Events: []string{"*"}})
+	mustSub(t, s, SubscriberInput{ID: "gone", Events: []string{"*"}})
+	if _, err := s.PauseSubscriber(ctx, "paused", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.setState(ctx, "gone", StateDisabled, "test"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		typ  string
+		want int
+	}{{"video.trending", 4}, {"video.rank_updated", 3}, {"user.created", 2}, {"video", 2}} {
+		if res := mustEmit(t, s, "ev-"+tc.typ, tc.typ, `{}`); res.Deliveries != tc.want {
+			t.Errorf("%s: %d deliveries, want %d", tc.typ, res.Deliveries, tc.want)
+		}
+	}
+}
+
+func TestEmitIdempotencyAndConflict(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	mustSub(t, s, SubscriberInput{ID: "b"})
+	first := mustEmit(t, s, "evt_1", "video.trending", `{"video_id": 7}`)
+	if first.Deliveries != 2 || first.Duplicate {
+		t.Fatalf("first emit: %+v", first)
+	}
+	again := mustEmit(t, s, "evt_1", "video.trending", `{"video_id": 7}`)
+	if !again.Duplicate || again.Deliveries != 2 {
+		t.Fatalf("re-emit: %+v, want a duplicate reporting 2 deliveries", again)
+	}
+	_, err := s.Emit(ctx, EmitInput{ID: "evt_1", Type: "video.trending", Body: []byte(`{"video_id": 8}`)})
+	if !errors.Is(err, ErrConflict) {
+		t.Fatalf("same id, other body: %v, want ErrConflict", err)
+	}
+	_, err = s.Emit(ctx, EmitInput{ID: "evt_1", Type: "video.other", Body: []byte(`{"video_id": 7}`)})
+	if !errors.Is(err, ErrConflict) {
+		t.Fatalf("same id, other type: %v, want ErrConflict", err)
+	}
+	if c := counts(t, s, "a"); c[StatusPending] != 1 {
+		t.Fatalf("re-emits created deliveries: %v", c)
+	}
+	ev, err := s.GetEvent(ctx, "evt_1")
+	if err != nil || string(ev.Body) != `{"video_id": 7}` {
+		t.Fatalf("stored body %q (%v) is not the exact bytes", ev.Body, err)
+	}
+}
+
+func TestEmitValidationNamesTheField(t *testing.T) {
+	t.Parallel()
+	s, _ := open(t, Options{MaxBodyBytes: 64})
+	for _, tc := range []struct {
+		in    EmitInput
+		field string
+	}{
+		{EmitInput{ID: "", Type: "a", Body: []byte(`{}`)}, "id"},
+		{EmitInput{ID: "a b", Type: "a", Body: []byte(`{}`)}, "id"},
+		{EmitInput{ID: "x", Type: "a.", Body: []byte(`{}`)}, "type"},
+		{EmitInput{ID: "x", Type: "a", Body: []byte(`{`)}, "body"},
+		{EmitInput{ID: "x", Type: "a", Body: []byte(`"` + string(make([]byte, 80)) + `"`)}, "body"},
+		{EmitInput{ID: "x", Type: "a", Body: []byte(`{}`), CoalesceKey: "has space"}, "coalesce_key"},
+	} {
+		if _, err := s.Emit(context.Background(), tc.in); fieldOf(err) != tc.field {
+			t.Errorf("Emit(%+v) = %v, want field %s", tc.in, err, tc.field)
+		}
+	}
+	_, err := s.EmitBatch(context.Background(), []EmitInput{{ID: "ok", Type: "a", Body: []byte(`{}`)}, {ID: "ok2", Type: "", Body: []byte(`{}`)}})
+	if fieldOf(err) != "events[1].type" {
+		t.Fatalf("batch: %v, want events[1].type", err)
+	}
+}
+
+func TestEmitBatchIsAtomic(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	mustEmit(t, s, "taken", "t", `{"v":1}`)
+	_, err := s.EmitBatch(ctx, []EmitInput{
+		{ID: "new-1", Type: "t", Body: []byte(`{}`)},
+		{ID: "taken", Type: "t", Body: []byte(`{"v":2}`)},
+	})
+	if !errors.Is(err, ErrConflict) {
+		t.Fatalf("batch with a conflict: %v", err)
+	}
+	if _, err := s.GetEvent(ctx, "new-1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("half of a failed batch was written: %v", err)
+	}
+	res, err := s.EmitBatch(ctx, []EmitInput{{ID: "new-1", Type: "t", Body: []byte(`{}`)}, {ID: "new-2", Type: "t", Body: []byte(`{}`)}})
+	if err != nil || len(res) != 2 || res[1].Deliveries != 1 {
+		t.Fatalf("batch: %+v %v", res, err)
+	}
+}
+
+// TestGroupCommit holds the writer connection so emits pile up, then checks that the ones queued
+// behind the first were committed together in one transaction, and all of them durably.
+func TestGroupCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	tx, err := s.w.BeginTx(ctx, nil) // the writer's only connection: the committer must wait
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := s.Emit(ctx, EmitInput{ID: fmt.Sprintf("g-%d", i), Type: "t", Body: []byte(`{}`)})
+			errs <- err
+		}()
+	}
+	// One request is inside the committer (blocked on the connection); wait for the rest to queue.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(s.emits) < n-1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d emits queued", len(s.emits))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	before := s.commits.Load()
+	tx.Rollback()
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.commits.Load() - before; got != 2 {
+		t.Fatalf("%d emits took %d transactions, want 2 (the first alone, then the rest together)", n, got)
+	}
+	if c := counts(t, s, "a"); c[StatusPending] != n {
+		t.Fatalf("pending = %d, want %d", c[StatusPending], n)
+	}
+}
+
+func TestCoalescingSupersedesOlderPending(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	rule := &wire.CoalesceRule{EventTypes: []string{"video.rank_updated"}, Key: "video_id", WindowSeconds: 10}
+	mustSub(t, s, SubscriberInput{ID: "co", Coalesce: rule})
+	mustSub(t, s, SubscriberInput{ID: "plain"})
+	mustEmit(t, s, "e1", "video.rank_updated", `{"video_id": "v1", "rank": 3}`)
+	// Claimed (in flight) deliveries are never superseded.
+	if res := claim(t, s, clk.Now(), 10); len(res.Deliveries) != 2 {
+		t.Fatalf("claimed %d", len(res.Deliveries))
+	}
+	mustEmit(t, s, "e2", "video.rank_updated", `{"video_id": "v1", "rank": 2}`)
+	res := mustEmit(t, s, "e3", "video.rank_updated", `{"video_id": "v1", "rank": 1}`)
+	if res.Superseded != 1 {
+		t.Fatalf("e3 superseded %d, want 1 (e2)", res.Superseded)
+	}
+	mustEmit(t, s, "e4", "video.rank_updated", `{"video_id": "v2", "rank": 1}`) // other key
+	mustEmit(t, s, "e5", "video.trending", `{"video_id": "v1"}`)                // type not coalescible
+	r6, err := s.Emit(ctx, EmitInput{ID: "e6", Type: "video.rank_updated", Body: []byte(`{"video_id": "v2"}`), CoalesceKey: "v1"})
+	if err != nil || r6.Superseded != 1 {
+		t.Fatalf("explicit key: %+v %v, want it to supersede e3", r6, err)
+	}
+	page, err := s.ListDeliveries(ctx, DeliveryFilter{SubscriberID: "co"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Status{}
+	for _, d := range page.Deliveries {
+		got[d.EventID] = d.Status
+	}
+	want := map[string]Status{"e1": StatusLeased, "e2": StatusSuperseded, "e3": StatusSuperseded, "e4": StatusPending, "e5": StatusPending, "e6": StatusPending}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("statuses %v, want %v", got, want)
+	}
+	if c := counts(t, s, "plain"); c[StatusSuperseded] != 0 {
+		t.Fatalf("a subscriber without a rule had deliveries superseded: %v", c)
+	}
+	if v := s.Counters().Superseded; v != 2 {
+		t.Fatalf("superseded counter %d, want 2", v)
+	}
+}
+
+func TestBacklogOverflowDeadLettersOldest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{BacklogCap: 3})
+	mustSub(t, s, SubscriberInput{ID: "slow"})
+	for i := range 5 {
+		mustEmit(t, s, fmt.Sprintf("b%d", i), "t", `{}`)
+		clk.Advance(time.Millisecond)
+	}
+	c := counts(t, s, "slow")
+	if c[StatusPending] != 3 || c[StatusDead] != 2 {
+		t.Fatalf("counts %v, want 3 pending and 2 dead", c)
+	}
+	page, err := s.ListDeliveries(ctx, DeliveryFilter{Status: StatusDead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range page.Deliveries {
+		if d.Reason != ReasonBacklogOverflow || (d.EventID != "b0" && d.EventID != "b1") {
+			t.Fatalf("dead %s with reason %q; want the two oldest with %s", d.EventID, d.Reason, ReasonBacklogOverflow)
+		}
+	}
+	if v := s.Counters().BacklogOverflow; v != 2 {
+		t.Fatalf("overflow counter %d", v)
+	}
+}
+
+func TestQueueFull(t *testing.T) {
+	t.Parallel()
+	s, _ := open(t, Options{GlobalCap: 3})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	for i := range 3 {
+		mustEmit(t, s, fmt.Sprintf("q%d", i), "t", `{}`)
+	}
+	_, err := s.Emit(context.Background(), EmitInput{ID: "q3", Type: "t", Body: []byte(`{}`)})
+	var qf *QueueFullError
+	if !errors.Is(err, ErrQueueFull) || !errors.As(err, &qf) || qf.RetryAfter <= 0 || qf.Depth != 3 {
+		t.Fatalf("emit past the cap: %v, want a QueueFullError with a retry delay", err)
+	}
+	if _, err := s.GetEvent(context.Background(), "q3"); !errors.Is(err, ErrNotFound) {
+		t.Fatal("a refused event was stored")
+	}
+	// A re-emit of a stored event is still answered: it adds nothing.
+	if res := mustEmit(t, s, "q1", "t", `{}`); !res.Duplicate {
+		t.Fatalf("re-emit when full: %+v", res)
+	}
+}

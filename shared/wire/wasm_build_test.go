@@ -1,0 +1,44 @@
+package wire_test
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestSharedBuildsForWASM builds ./shared/... for both WASM targets the edge uses (GOOS=js for the
+// Worker, GOOS=wasip1 for the wazero harness) and checks that net/http stays out of them: it would
+// double the Worker's size.
+func TestSharedBuildsForWASM(t *testing.T) {
+	t.Parallel()
+	goBin, err := exec.LookPath("go") // go test puts its own GOROOT/bin first on PATH
+	if err != nil {
+		t.Fatalf("go toolchain not found: %v", err)
+	}
+	for _, goos := range []string{"js", "wasip1"} {
+		t.Run(goos, func(t *testing.T) {
+			t.Parallel()
+			run := func(args ...string) string {
+				cmd := exec.Command(goBin, args...)
+				cmd.Dir = "../.." // the module root
+				cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH=wasm", "CGO_ENABLED=0")
+				out, err := cmd.CombinedOutput()
+				if err != nil {
+					t.Fatalf("GOOS=%s GOARCH=wasm go %s: %v\n%s", goos, strings.Join(args, " "), err, out)
+				}
+				return string(out)
+			}
+			run("build", "./shared/...")
+			deps := strings.Fields(run("list", "-deps", "-f", "{{.ImportPath}}", "./shared/..."))
+			if len(deps) < 3 {
+				t.Fatalf("go list -deps listed only %v", deps)
+			}
+			for _, d := range deps {
+				if d == "net/http" {
+					t.Fatalf("./shared/... depends on net/http for GOOS=%s", goos)
+				}
+			}
+		})
+	}
+}

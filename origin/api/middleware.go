@@ -127,10 +127,14 @@ func (ts *tokenSet) match(token string) bool {
 	return ok == 1
 }
 
-// authenticate requires "Authorization: Bearer <token>" when tokens are configured.
+// publicRoutes answer without a token, so a load balancer or systemd can probe them.
+var publicRoutes = map[string]bool{"/healthz": true, "/readyz": true}
+
+// authenticate requires "Authorization: Bearer <token>" when tokens are configured, on every
+// route but the probes (unknown routes included, so they reveal nothing to strangers).
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if len(s.auth.digests) == 0 {
+		if len(s.auth.digests) == 0 || publicRoutes[c.Path()] {
 			return next(c)
 		}
 		scheme, token, _ := strings.Cut(c.Request().Header.Get(echo.HeaderAuthorization), " ")

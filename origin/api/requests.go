@@ -1,6 +1,8 @@
 package api
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 
@@ -33,7 +35,19 @@ func (r *EventRequest) input(field string) (store.EmitInput, error) {
 	if len(r.Data) == 0 {
 		return store.EmitInput{}, &wire.FieldError{Field: field + "data", Err: errRequired}
 	}
-	return store.EmitInput{ID: r.ID, Type: r.Type, Body: r.Data, CoalesceKey: r.CoalesceKey}, nil
+	id := r.ID
+	if id == "" {
+		id = NewEventID()
+	}
+	return store.EmitInput{ID: id, Type: r.Type, Body: r.Data, CoalesceKey: r.CoalesceKey}, nil
+}
+
+// NewEventID returns a fresh random event id, "evt_" and 32 hex digits, for events emitted
+// without one.
+func NewEventID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return "evt_" + hex.EncodeToString(b[:])
 }
 
 // SubscriberRequest creates a subscriber. Zero fields take the defaults.

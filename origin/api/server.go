@@ -65,13 +65,13 @@ func New(o Options) (*Server, error) {
 	s := &Server{e: echo.New(), store: o.Store, log: o.Logger, auth: newTokenSet(o.Tokens), limits: limits{o.BodyLimit, o.BatchBodyLimit}}
 	s.e.HideBanner, s.e.HidePort = true, true
 	s.e.HTTPErrorHandler = s.errorHandler
-	s.e.Use(assignRequestID, s.accessLog(m), s.limitBody)
+	s.e.Use(assignRequestID, s.accessLog(m), s.authenticate, s.limitBody)
 
 	s.e.GET("/healthz", s.healthz)
 	s.e.GET("/readyz", s.readyz)
-	s.e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{Registry: o.Registry})), s.authenticate)
+	s.e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{Registry: o.Registry})))
 
-	v1 := s.e.Group("/v1", s.authenticate)
+	v1 := s.e.Group("/v1")
 	v1.POST("/events", s.emit)
 	v1.POST("/events/batch", s.emitBatch)
 	v1.GET("/stats", s.stats)

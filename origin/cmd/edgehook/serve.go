@@ -13,22 +13,20 @@ import (
 
 	"github.com/edgehook/edgehook/origin/api"
 	"github.com/edgehook/edgehook/origin/config"
+	"github.com/edgehook/edgehook/origin/engine"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 )
 
-// Defaults of serve.
-const (
-	DefaultListen        = "127.0.0.1:8080"
-	DefaultShutdownGrace = 10 * time.Second
-)
+// DefaultListen is the API's address unless configured: loopback, so no token is needed.
+const DefaultListen = "127.0.0.1:8080"
 
 var serveFlags struct {
 	listen         string
 	tokens         []string
 	batchBodyLimit config.ByteSize
-	shutdownGrace  time.Duration
+	engine         engineFlags
 }
 
 func init() {
@@ -50,8 +48,8 @@ Listening on anything but a loopback address requires at least one --token.`,
 	f.StringSliceVar(&serveFlags.tokens, "token", nil, "accepted bearer token (comma-separated or repeated); none: no auth, loopback only")
 	serveFlags.batchBodyLimit = api.DefaultBatchBodyLimit
 	f.Var(&serveFlags.batchBodyLimit, "batch-body-limit", "largest POST /v1/events/batch body")
-	f.DurationVar(&serveFlags.shutdownGrace, "shutdown-grace", DefaultShutdownGrace, "how long requests and sends in flight may finish after SIGTERM")
-	config.Mark(f, "listen", "token", "batch-body-limit", "shutdown-grace")
+	config.Mark(f, "listen", "token", "batch-body-limit")
+	serveFlags.engine.register(f)
 	rootCmd.AddCommand(cmd)
 }
 
@@ -71,9 +69,6 @@ func checkServe() error {
 	}
 	if serveFlags.batchBodyLimit < global.bodyLimit {
 		return usagef("--batch-body-limit: %s is below --body-limit %s", serveFlags.batchBodyLimit, global.bodyLimit)
-	}
-	if serveFlags.shutdownGrace <= 0 {
-		return usagef("--shutdown-grace: must be positive, not %s", serveFlags.shutdownGrace)
 	}
 	return nil
 }
@@ -99,6 +94,10 @@ func runServe(cmd *cobra.Command, _ []string) error {
 	if err := checkServe(); err != nil {
 		return err
 	}
+	engCfg, err := serveFlags.engine.config()
+	if err != nil {
+		return err
+	}
 	log, err := newLogger(os.Stderr)
 	if err != nil {
 		return err
@@ -111,6 +110,10 @@ func runServe(cmd *cobra.Command, _ []string) error {
 	defer st.Close()
 
 	reg := newRegistry()
+	eng, err := engine.New(st, engCfg, log, reg)
+	if err != nil {
+		return err
+	}
 	srv, err := api.New(api.Options{Store: st, Tokens: serveFlags.tokens, BodyLimit: int64(global.bodyLimit),
 		BatchBodyLimit: int64(serveFlags.batchBodyLimit), Logger: log, Registry: reg})
 	if err != nil {
@@ -122,24 +125,32 @@ func runServe(cmd *cobra.Command, _ []string) error {
 	}
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	// The engine gets a context that the signal does not cancel: shutdown stops the HTTP server
+	// first (no new emits), then the engine, both within one grace period.
+	if err := eng.Start(context.WithoutCancel(ctx)); err != nil {
+		ln.Close()
+		return err
+	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	log.Info("serving", "addr", ln.Addr().String(), "db", global.db, "auth", len(serveFlags.tokens) > 0, "version", Version())
 
+	var serveErr error
 	select {
 	case err := <-served:
-		return fmt.Errorf("http server: %w", err)
+		serveErr = fmt.Errorf("http server: %w", err)
 	case <-ctx.Done():
+		log.Info("shutting down", "grace", engCfg.StopGrace)
 	}
-	log.Info("shutting down", "grace", serveFlags.shutdownGrace)
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), serveFlags.shutdownGrace)
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engCfg.StopGrace)
 	defer cancel()
-	err = hs.Shutdown(shutdownCtx)
-	if errors.Is(err, context.DeadlineExceeded) {
-		err = hs.Close()
+	httpErr := hs.Shutdown(shutdownCtx)
+	if errors.Is(httpErr, context.DeadlineExceeded) {
+		httpErr = hs.Close()
 	}
-	if err != nil {
-		return fmt.Errorf("http server shutdown: %w", err)
+	engErr := eng.Stop(shutdownCtx)
+	if err := errors.Join(serveErr, httpErr, engErr); err != nil {
+		return err
 	}
 	log.Info("stopped")
 	return nil

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/edgehook/edgehook/origin/config"
+	"github.com/edgehook/edgehook/origin/engine"
+	"github.com/edgehook/edgehook/shared/signature"
+	"github.com/spf13/pflag"
+)
+
+// engineFlags are the delivery settings shared by serve and drain.
+type engineFlags struct {
+	cfg           engine.Config
+	edgeSecret    string
+	allowNetworks []string
+}
+
+var engineSettings = []string{"workers", "batch-size", "poll-interval", "lease-duration", "max-attempts", "max-age",
+	"backoff-base", "backoff-cap", "retry-after-cap", "circuit-threshold", "circuit-cooldown", "retention",
+	"edge-url", "edge-secret", "allow-network", "shutdown-grace"}
+
+func (f *engineFlags) register(fs *pflag.FlagSet) {
+	c := &f.cfg
+	fs.IntVar(&c.Workers, "workers", engine.DefaultWorkers, "concurrent sends")
+	fs.IntVar(&c.BatchSize, "batch-size", engine.DefaultBatchSize, "deliveries claimed per transaction at most")
+	fs.DurationVar(&c.PollInterval, "poll-interval", engine.DefaultPollInterval, "how often an idle engine looks for due deliveries")
+	fs.DurationVar(&c.LeaseDuration, "lease-duration", engine.DefaultLeaseDuration, "how long a claim owns its deliveries (a crashed sender's are retried after it)")
+	fs.IntVar(&c.MaxAttempts, "max-attempts", engine.DefaultMaxAttempts, "attempts before a delivery is dead")
+	fs.DurationVar(&c.MaxAge, "max-age", engine.DefaultMaxAge, "age after which a failing delivery is dead")
+	fs.DurationVar(&c.BackoffBase, "backoff-base", engine.DefaultBackoffBase, "retry backoff: random(0, min(cap, base*2^attempt))")
+	fs.DurationVar(&c.BackoffCap, "backoff-cap", engine.DefaultBackoffCap, "longest retry backoff")
+	fs.DurationVar(&c.RetryAfterCap, "retry-after-cap", engine.DefaultRetryAfterCap, "longest Retry-After of a subscriber honoured")
+	fs.IntVar(&c.CircuitThreshold, "circuit-threshold", engine.DefaultCircuitThreshold, "consecutive failures that open a subscriber's circuit")
+	fs.DurationVar(&c.CircuitCooldown, "circuit-cooldown", engine.DefaultCircuitCooldown, "first open-circuit pause; doubles on each re-opening")
+	fs.DurationVar(&c.Retention, "retention", engine.DefaultRetention, "finished deliveries older than this are pruned (by serve)")
+	fs.StringVar(&c.EdgeURL, "edge-url", "", "URL of the edge relay, for subscribers in edge mode")
+	fs.StringVar(&f.edgeSecret, "edge-secret", "", "hop secret(s) shared with the edge, whsec_..., comma-separated during a rotation (prefer EDGEHOOK_EDGE_SECRET)")
+	fs.StringSliceVar(&f.allowNetworks, "allow-network", nil, "internal networks direct mode may reach, e.g. 127.0.0.0/8 for local receivers (default: none)")
+	fs.DurationVar(&c.StopGrace, "shutdown-grace", engine.DefaultStopGrace, "how long requests and sends in flight may finish when stopping")
+	config.Mark(fs, engineSettings...)
+}
+
+// config checks the flags and returns the engine configuration, naming the flag at fault.
+func (f *engineFlags) config() (engine.Config, error) {
+	c := f.cfg
+	positiveInts := []struct {
+		name string
+		v    int
+	}{{"workers", c.Workers}, {"batch-size", c.BatchSize}, {"max-attempts", c.MaxAttempts}, {"circuit-threshold", c.CircuitThreshold}}
+	for _, p := range positiveInts {
+		if p.v < 1 {
+			return c, usagef("--%s: must be at least 1, not %d", p.name, p.v)
+		}
+	}
+	positiveDurations := []struct {
+		name string
+		v    time.Duration
+	}{{"poll-interval", c.PollInterval}, {"lease-duration", c.LeaseDuration}, {"max-age", c.MaxAge}, {"backoff-base", c.BackoffBase},
+		{"backoff-cap", c.BackoffCap}, {"retry-after-cap", c.RetryAfterCap}, {"circuit-cooldown", c.CircuitCooldown},
+		{"retention", c.Retention}, {"shutdown-grace", c.StopGrace}}
+	for _, p := range positiveDurations {
+		if p.v <= 0 {
+			return c, usagef("--%s: must be positive, not %s", p.name, p.v)
+		}
+	}
+	switch {
+	case c.LeaseDuration < time.Second:
+		return c, usagef("--lease-duration: %s is below 1s", c.LeaseDuration)
+	case c.BackoffCap < c.BackoffBase:
+		return c, usagef("--backoff-cap: %s is below --backoff-base %s", c.BackoffCap, c.BackoffBase)
+	}
+	c.CircuitMaxCooldown = max(engine.DefaultCircuitMaxCooldown, c.CircuitCooldown)
+	if f.edgeSecret != "" {
+		secrets, err := signature.ParseSecrets(f.edgeSecret)
+		if err != nil {
+			return c, usagef("--edge-secret: %v", err) // the error never quotes the secret
+		}
+		c.EdgeSecrets = secrets
+	}
+	if c.EdgeURL != "" && len(c.EdgeSecrets) == 0 {
+		return c, usagef("--edge-secret: required with --edge-url")
+	}
+	for _, n := range f.allowNetworks {
+		p, err := netip.ParsePrefix(n)
+		if err != nil {
+			return c, usagef("--allow-network: %q is not a CIDR prefix such as 127.0.0.0/8", n)
+		}
+		c.AllowNetworks = append(c.AllowNetworks, p)
+	}
+	c.Version = Version()
+	return c, nil
+}

@@ -1,0 +1,5 @@
+package engine
+
+const crashChildEnv = "EDGEHOOK_CRASH_CHILD_DB"
+
+func runCrashChild() int { return 0 }

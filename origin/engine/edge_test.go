@@ -1,0 +1,135 @@
+package engine
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/edgehook/edgehook/origin/store"
+	"github.com/edgehook/edgehook/shared/signature"
+	"github.com/edgehook/edgehook/shared/wire"
+)
+
+// fakeEdge stands in for the edge Worker: it verifies the hop signature as the edge does and
+// answers with the outcome the test chose.
+func fakeEdge(t *testing.T, e *env, secrets []signature.Secret, answer func(w http.ResponseWriter, hop *signature.Hop)) *sink {
+	return newSink(t, func(w http.ResponseWriter, r *recorded) {
+		hop, sig, err := signature.ParseHopHeaders(r.header)
+		if err == nil {
+			err = signature.VerifyHop(secrets, hop, sig, r.body, e.clk.Now(), signature.DefaultTolerance)
+		}
+		if err != nil {
+			w.Header().Set(wire.HeaderOutcome, string(wire.Rejected(wire.ReasonBadSignature)))
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		answer(w, hop)
+	})
+}
+
+func outcome(o wire.Outcome, code int, headers ...string) func(w http.ResponseWriter, _ *signature.Hop) {
+	return func(w http.ResponseWriter, _ *signature.Hop) {
+		w.Header().Set(wire.HeaderOutcome, string(o))
+		for i := 0; i+1 < len(headers); i += 2 {
+			w.Header().Set(headers[i], headers[i+1])
+		}
+		w.WriteHeader(code)
+	}
+}
+
+func edgeSecret(t *testing.T) signature.Secret {
+	sec, err := signature.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sec
+}
+
+func TestEdgeMode(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		answer     func(w http.ResponseWriter, hop *signature.Hop)
+		wrongKey   bool
+		status     store.Status
+		attempts   int
+		retryIn    time.Duration // exact, when not zero
+		subState   store.State
+		rejections float64
+		onlyOne    bool // MaxAttempts 1
+	}{
+		{name: "forwarded 200", answer: outcome(wire.OutcomeForwarded, 200), status: store.StatusDelivered, attempts: 1},
+		{name: "duplicate", answer: outcome(wire.OutcomeDuplicate, 200), status: store.StatusDelivered, attempts: 1},
+		{name: "coalesced", answer: outcome(wire.OutcomeCoalesced, 429, "Retry-After", "7"), status: store.StatusPending, attempts: 0, retryIn: 7 * time.Second},
+		{name: "forwarded 410", answer: outcome(wire.OutcomeForwarded, 410), status: store.StatusHeld, attempts: 1, subState: store.StateDisabled},
+		{name: "forwarded 429", answer: outcome(wire.OutcomeForwarded, 429, "Retry-After", "30"), status: store.StatusPending, attempts: 1, retryIn: 30 * time.Second},
+		{name: "upstream timeout", answer: outcome(wire.OutcomeUpstreamTimeout, 504), status: store.StatusPending, attempts: 1},
+		{name: "no outcome header", answer: func(w http.ResponseWriter, _ *signature.Hop) { w.WriteHeader(502) }, status: store.StatusPending, attempts: 1},
+		// The edge has another secret: a rejection, retried but never dead by attempt count.
+		{name: "rejected", answer: outcome(wire.OutcomeForwarded, 200), wrongKey: true, status: store.StatusPending, attempts: 1, rejections: 1, onlyOne: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			originKey := edgeSecret(t)
+			edgeKeys := []signature.Secret{originKey}
+			if tc.wrongKey {
+				edgeKeys = []signature.Secret{edgeSecret(t)}
+			}
+			maxAttempts := 5
+			if tc.onlyOne {
+				maxAttempts = 1
+			}
+			e := newEnv(t, Config{MaxAttempts: maxAttempts})
+			edge := fakeEdge(t, e, edgeKeys, tc.answer)
+			cfg := e.eng.cfg
+			cfg.EdgeURL, cfg.EdgeSecrets = edge.URL, []signature.Secret{originKey}
+			cfg.AllowNetworks = nil // the edge client is not address-checked: the edge URL is the operator's own
+			eng, err := New(e.st, cfg, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.eng = eng
+			rule := &wire.CoalesceRule{EventTypes: []string{"video.*"}, Key: "video_id", WindowSeconds: 10}
+			sub := e.sub(store.SubscriberInput{ID: "s1", URL: "https://subscriber.example/hook", Mode: store.ModeEdge, Coalesce: rule})
+			e.emit("evt_9", "video.rank_updated", `{"video_id":"v7"}`)
+			e.drain()
+			reqs := edge.received()
+			if len(reqs) != 1 {
+				t.Fatalf("edge got %d requests", len(reqs))
+			}
+			h := reqs[0].header
+			if !tc.wrongKey {
+				hop, _, _ := signature.ParseHopHeaders(h)
+				if !strings.HasPrefix(hop.DeliveryID, "dlv_") || hop.SubscriberID != "s1" || hop.EventType != "video.rank_updated" ||
+					hop.CoalesceKey != "v7" || hop.Attempt != 1 {
+					t.Fatalf("hop fields %+v", hop)
+				}
+			}
+			// The subscriber-facing signature is made by the origin; the edge forwards it untouched.
+			if err := signature.Verify([]signature.Secret{sub.Secrets[0].Secret}, h.Get(wire.HeaderWebhookID), h.Get(wire.HeaderWebhookTimestamp),
+				h.Get(wire.HeaderWebhookSignature), reqs[0].body, e.clk.Now(), signature.DefaultTolerance); err != nil {
+				t.Fatalf("webhook signature: %v", err)
+			}
+			d := e.only()
+			if d.Status != tc.status || d.Attempts != tc.attempts {
+				t.Fatalf("delivery %s with %d attempts, want %s with %d", d.Status, d.Attempts, tc.status, tc.attempts)
+			}
+			if tc.retryIn != 0 && d.NextAttemptAt.Sub(e.clk.Now()) != tc.retryIn {
+				t.Fatalf("next attempt in %s, want %s", d.NextAttemptAt.Sub(e.clk.Now()), tc.retryIn)
+			}
+			if tc.subState != "" {
+				got, _ := e.st.GetSubscriber(context.Background(), "s1")
+				if got.State != tc.subState {
+					t.Fatalf("subscriber %s, want %s", got.State, tc.subState)
+				}
+			}
+			if v := testutil.ToFloat64(e.eng.m.edgeRejections.WithLabelValues(wire.ReasonBadSignature)); v != tc.rejections {
+				t.Fatalf("edge rejections %v, want %v", v, tc.rejections)
+			}
+		})
+	}
+}

@@ -1,0 +1,396 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/edgehook/edgehook/origin/store"
+	"github.com/edgehook/edgehook/shared/signature"
+	"github.com/edgehook/edgehook/shared/wire"
+)
+
+func TestConfigValidationNamesTheField(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cfg   Config
+		field string
+	}{
+		{Config{Workers: -1}, "workers"},
+		{Config{LeaseDuration: time.Millisecond}, "lease_duration"},
+		{Config{BackoffBase: time.Hour, BackoffCap: time.Minute}, "backoff_cap"},
+		{Config{EdgeURL: "not a url"}, "edge_url"},
+		{Config{EdgeURL: "http://127.0.0.1:1"}, "edge_secrets"},
+		{Config{RetryAfterCap: 30 * 24 * time.Hour}, "retry_after_cap"},
+	} {
+		_, err := tc.cfg.withDefaults()
+		if err == nil || !strings.Contains(err.Error(), tc.field+":") {
+			t.Errorf("%+v: %v, want an error naming %s", tc.cfg, err, tc.field)
+		}
+	}
+}
+
+func TestDeliversSignedStandardWebhook(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	k := newSink(t, status(200))
+	sub := e.sub(store.SubscriberInput{URL: k.URL + "/hook", Headers: map[string]string{"X-Team": "video"}})
+	body := `{"video_id": "v1",  "n": 1}`
+	e.emit("evt_1", "video.trending", body)
+	res := e.drain()
+	if res.Claimed != 1 || res.Delivered != 1 {
+		t.Fatalf("drain: %+v", res)
+	}
+	got := k.received()
+	if len(got) != 1 {
+		t.Fatalf("sink got %d requests", len(got))
+	}
+	h := got[0].header
+	if string(got[0].body) != body {
+		t.Fatalf("body %q is not the exact emitted bytes", got[0].body)
+	}
+	if h.Get("User-Agent") != "edgehook/test" || h.Get("Content-Type") != "application/json" || h.Get("X-Team") != "video" {
+		t.Fatalf("headers: %v", h)
+	}
+	if h.Get(wire.HeaderWebhookID) != "evt_1" {
+		t.Fatalf("webhook-id %q", h.Get(wire.HeaderWebhookID))
+	}
+	secrets := []signature.Secret{sub.Secrets[0].Secret}
+	if err := signature.Verify(secrets, h.Get(wire.HeaderWebhookID), h.Get(wire.HeaderWebhookTimestamp), h.Get(wire.HeaderWebhookSignature),
+		got[0].body, e.clk.Now(), signature.DefaultTolerance); err != nil {
+		t.Fatalf("signature does not verify: %v", err)
+	}
+	d := e.only()
+	if d.Status != store.StatusDelivered || d.Attempts != 1 || d.LastStatus != 200 || len(d.AttemptLog) != 1 || d.AttemptLog[0].Excerpt != "answer body" {
+		t.Fatalf("delivery: %+v", d)
+	}
+	if v := testutil.ToFloat64(e.eng.m.delivered.WithLabelValues(sub.ID)); v != 1 {
+		t.Fatalf("delivered metric %v", v)
+	}
+}
+
+func TestLegacyProfileAndRotation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	k := newSink(t, status(200))
+	legacy := e.sub(store.SubscriberInput{ID: "legacy", URL: k.URL, Profile: store.ProfileLegacy, LegacyPrefix: "VVV", Events: []string{"legacy.*"}})
+	std := e.sub(store.SubscriberInput{ID: "std", URL: k.URL, Events: []string{"std.*"}})
+	rotated, err := e.st.RotateSecret(context.Background(), "std", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.emit("l1", "legacy.x", `{"a":1}`)
+	e.emit("s1", "std.x", `{"a":2}`)
+	e.drain()
+	for _, r := range k.received() {
+		switch r.header.Get(wire.HeaderWebhookID) {
+		case "l1":
+			ts := r.header.Get("X-VVV-Timestamp")
+			var n int64
+			fmt.Sscan(ts, &n)
+			want := signature.SignLegacy(legacy.Secrets[0].Secret, n, r.body)
+			if got := r.header.Get("X-VVV-Signature"); got != want || n != e.clk.Now().Unix() {
+				t.Fatalf("legacy signature %q at %s, want %q", got, ts, want)
+			}
+		case "s1":
+			// Each secret alone verifies: receivers on the old and on the new one both accept.
+			for _, sec := range []signature.Secret{std.Secrets[0].Secret, rotated.Secrets[0].Secret} {
+				if err := signature.Verify([]signature.Secret{sec}, "s1", r.header.Get(wire.HeaderWebhookTimestamp),
+					r.header.Get(wire.HeaderWebhookSignature), r.body, e.clk.Now(), signature.DefaultTolerance); err != nil {
+					t.Fatalf("during rotation a secret does not verify: %v", err)
+				}
+			}
+		default:
+			t.Fatalf("unexpected request %v", r.header)
+		}
+	}
+}
+
+// TestOutcomes runs one delivery against each kind of answer and checks what was recorded.
+func TestOutcomes(t *testing.T) {
+	t.Parallel()
+	type check func(t *testing.T, e *env, d *store.Delivery, k *sink)
+	retryAt := func(want time.Duration) check {
+		return func(t *testing.T, e *env, d *store.Delivery, _ *sink) {
+			if got := d.NextAttemptAt.Sub(e.clk.Now()); got != want || d.Status != store.StatusPending || d.Attempts != 1 {
+				t.Fatalf("next attempt in %s (status %s, attempts %d), want %s", got, d.Status, d.Attempts, want)
+			}
+			st, _ := e.st.Stats(context.Background(), e.clk.Now())
+			if p := st.Subscribers[0].PausedUntil; !p.Equal(d.NextAttemptAt) {
+				t.Fatalf("subscriber paused until %s, want %s", p, d.NextAttemptAt)
+			}
+		}
+	}
+	backoff := func(class string, last int) check {
+		return func(t *testing.T, e *env, d *store.Delivery, _ *sink) {
+			wait := d.NextAttemptAt.Sub(e.clk.Now())
+			if d.Status != store.StatusPending || d.Attempts != 1 || wait < 0 || wait > time.Hour || d.LastStatus != last {
+				t.Fatalf("delivery %+v: want pending, 1 attempt, retry within the first backoff (1h), last status %d", d, last)
+			}
+			if d.AttemptLog[0].Outcome != class {
+				t.Fatalf("attempt outcome %q, want %q", d.AttemptLog[0].Outcome, class)
+			}
+			if v := testutil.ToFloat64(e.eng.m.failed.WithLabelValues(d.SubscriberID, class)); v != 1 {
+				t.Fatalf("failed{class=%s} = %v", class, v)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		handle  func(w http.ResponseWriter, r *recorded)
+		timeout int64
+		check   check
+	}{
+		{"429 delta seconds", status(429, "Retry-After", "120"), 0, retryAt(120 * time.Second)},
+		{"503 http date", func(w http.ResponseWriter, r *recorded) {
+			// The sink's date is computed from the engine's clock, in the HTTP-date form.
+			status(503, "Retry-After", r.header.Get("X-Retry-Date"))(w, r)
+		}, 0, retryAt(300 * time.Second)},
+		{"retry-after capped", status(429, "Retry-After", "86400"), 0, retryAt(time.Hour)},
+		{"429 without retry-after backs off", status(429), 0, backoff(classHTTP4xx, 429)},
+		{"500", status(500), 0, backoff(classHTTP5xx, 500)},
+		{"redirect not followed", status(302, "Location", "/elsewhere"), 0, backoff(classHTTP3xx, 302)},
+		{"timeout", func(w http.ResponseWriter, r *recorded) { <-r.req.Context().Done() }, 150, backoff(classTimeout, 0)},
+		{"410 disables and holds", status(410), 0, func(t *testing.T, e *env, d *store.Delivery, _ *sink) {
+			sub, _ := e.st.GetSubscriber(context.Background(), d.SubscriberID)
+			if d.Status != store.StatusHeld || sub.State != store.StateDisabled || !strings.Contains(sub.StateReason, "410") {
+				t.Fatalf("delivery %s, subscriber %s %q; want held and disabled", d.Status, sub.State, sub.StateReason)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, Config{})
+			k := newSink(t, tc.handle)
+			e.sub(store.SubscriberInput{URL: k.URL, TimeoutMS: tc.timeout, Headers: map[string]string{
+				"X-Retry-Date": e.clk.Now().Add(300 * time.Second).UTC().Format(http.TimeFormat)}})
+			e.emit("e1", "t", `{}`)
+			e.drain()
+			if n := len(k.received()); n != 1 {
+				t.Fatalf("sink got %d requests, want 1", n)
+			}
+			tc.check(t, e, e.only(), k)
+		})
+	}
+}
+
+func TestDeadAfterMaxAttemptsAndMaxAge(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{MaxAttempts: 3, MaxAge: 48 * time.Hour})
+	k := newSink(t, status(500))
+	e.sub(store.SubscriberInput{URL: k.URL})
+	e.emit("e1", "t", `{}`)
+	for range 3 {
+		e.drain()
+		e.clk.Advance(2 * time.Hour) // past any backoff
+	}
+	d := e.only()
+	if d.Status != store.StatusDead || d.Reason != store.ReasonMaxAttempts || d.Attempts != 3 || d.LastStatus != 500 || d.LastError == "" {
+		t.Fatalf("after 3 failures: %+v", d)
+	}
+	if len(k.received()) != 3 {
+		t.Fatalf("sink got %d", len(k.received()))
+	}
+
+	e2 := newEnv(t, Config{MaxAttempts: 100, MaxAge: time.Hour})
+	k2 := newSink(t, status(500))
+	e2.sub(store.SubscriberInput{URL: k2.URL})
+	e2.emit("e1", "t", `{}`)
+	e2.drain()
+	e2.clk.Advance(2 * time.Hour)
+	e2.drain()
+	if d := e2.only(); d.Status != store.StatusDead || d.Reason != store.ReasonMaxAge || d.Attempts != 2 {
+		t.Fatalf("past max age: %+v", d)
+	}
+}
+
+func TestRefusesInternalDestinations(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{AllowNetworks: []netip.Prefix{}})
+	k := newSink(t, status(200))
+	port := k.URL[strings.LastIndex(k.URL, ":"):]
+	e.sub(store.SubscriberInput{ID: "ip", URL: k.URL, Events: []string{"ip"}})
+	// A name resolving to loopback is caught at connect time too.
+	e.sub(store.SubscriberInput{ID: "name", URL: "http://localhost" + port, Events: []string{"name"}})
+	e.emit("e1", "ip", `{}`)
+	e.emit("e2", "name", `{}`)
+	e.drain()
+	if n := len(k.received()); n != 0 {
+		t.Fatalf("an internal address was reached %d times", n)
+	}
+	for _, id := range []string{"ip", "name"} {
+		if v := testutil.ToFloat64(e.eng.m.failed.WithLabelValues(id, classBlocked)); v != 1 {
+			t.Fatalf("%s: blocked counter %v", id, v)
+		}
+	}
+}
+
+func TestIsInternal(t *testing.T) {
+	t.Parallel()
+	for addr, want := range map[string]bool{
+		"127.0.0.1": true, "10.1.2.3": true, "172.16.0.1": true, "192.168.1.1": true, "169.254.169.254": true,
+		"100.64.0.1": true, "0.0.0.0": true, "::1": true, "fe80::1": true, "fd00:ec2::254": true, "::ffff:127.0.0.1": true,
+		"93.184.216.34": false, "2606:4700::1": false,
+	} {
+		ip := netip.MustParseAddr(addr)
+		if got := isInternal(ip.Unmap()); got != want {
+			t.Errorf("isInternal(%s) = %v, want %v", addr, got, want)
+		}
+	}
+}
+
+func TestCircuitBreakerStopsHammering(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{CircuitThreshold: 2, CircuitCooldown: time.Minute, CircuitMaxCooldown: time.Hour,
+		BackoffBase: time.Millisecond, BackoffCap: time.Millisecond, MaxAttempts: 100})
+	healthy := make(chan struct{})
+	k := newSink(t, func(w http.ResponseWriter, r *recorded) {
+		select {
+		case <-healthy:
+			w.WriteHeader(200)
+		default:
+			w.WriteHeader(500)
+		}
+	})
+	e.sub(store.SubscriberInput{URL: k.URL, MaxInFlight: 1})
+	for i := range 5 {
+		e.emit(fmt.Sprintf("e%d", i), "t", `{}`)
+	}
+	for range 4 { // the backoff is 1 ms: each round retries what is due
+		e.clk.Advance(10 * time.Millisecond)
+		e.drain()
+	}
+	if n := len(k.received()); n != 2 {
+		t.Fatalf("sink got %d requests, want 2 (the circuit opens after 2 failures)", n)
+	}
+	e.clk.Advance(time.Minute) // cool-down over: one probe, still failing
+	e.drain()
+	e.clk.Advance(time.Minute)
+	e.drain()
+	if n := len(k.received()); n != 3 {
+		t.Fatalf("sink got %d, want 3 (one probe, then a doubled cool-down)", n)
+	}
+	close(healthy)
+	e.clk.Advance(time.Minute) // 2 minutes since the probe
+	e.drain()
+	st, _ := e.st.Stats(context.Background(), e.clk.Now())
+	if c := st.Subscribers[0].Counts; c[store.StatusDelivered] != 5 {
+		t.Fatalf("after recovery: %v", c)
+	}
+}
+
+func TestDrainIdleAndStopIdempotent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	if res := e.drain(); res.Claimed != 0 {
+		t.Fatalf("%+v", res)
+	}
+	if err := e.eng.Stop(context.Background()); err != nil {
+		t.Fatal("Stop before Start:", err)
+	}
+	if err := e.eng.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.eng.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := e.eng.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.eng.Drain(context.Background(), DrainOptions{For: -1}); err == nil {
+		t.Fatal("negative For accepted")
+	}
+}
+
+// TestDaemonDeliversAndStopsGracefully runs Start/Stop: new emits are sent without waiting for a
+// poll, and a stop whose grace runs out releases the sends still in flight, unsent and unpunished.
+func TestDaemonDeliversAndStopsGracefully(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{PollInterval: time.Hour}) // only the emit wake-up can trigger a claim
+	arrived := make(chan string, 10)
+	release := make(chan struct{})
+	k := newSink(t, func(w http.ResponseWriter, r *recorded) {
+		id := r.header.Get(wire.HeaderWebhookID)
+		arrived <- id
+		if id == "slow" {
+			select {
+			case <-release:
+			case <-r.req.Context().Done():
+			}
+		}
+		w.WriteHeader(200)
+	})
+	e.sub(store.SubscriberInput{URL: k.URL})
+	if err := e.eng.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e.emit("fast", "t", `{}`)
+	if id := <-arrived; id != "fast" {
+		t.Fatal(id)
+	}
+	e.emit("slow", "t", `{}`)
+	if id := <-arrived; id != "slow" {
+		t.Fatal(id)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := e.eng.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	page, _ := e.st.ListDeliveries(context.Background(), store.DeliveryFilter{EventID: "slow"})
+	d := page.Deliveries[0]
+	if d.Status != store.StatusPending || d.Attempts != 0 {
+		t.Fatalf("in-flight delivery after stop: %s with %d attempts, want released (pending, 0)", d.Status, d.Attempts)
+	}
+	page, _ = e.st.ListDeliveries(context.Background(), store.DeliveryFilter{EventID: "fast"})
+	if page.Deliveries[0].Status != store.StatusDelivered {
+		t.Fatalf("fast: %s", page.Deliveries[0].Status)
+	}
+}
+
+func TestMetricsRegistered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	reg := prometheus.NewRegistry()
+	eng, err := New(e.st, Config{AllowNetworks: loopback, Now: e.clk.Now}, nil, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.sub(store.SubscriberInput{ID: "m", URL: "http://127.0.0.1:9/"})
+	e.emit("e1", "t", `{}`)
+	eng.m.delivered.WithLabelValues("m").Inc()
+	if _, err := New(e.st, Config{}, nil, reg); err == nil {
+		t.Fatal("registering twice on one registry must fail")
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, f := range families {
+		names[f.GetName()] = true
+	}
+	for _, want := range []string{"edgehook_deliveries_delivered_total", "edgehook_queue_depth", "edgehook_queue_deliveries",
+		"edgehook_queue_oldest_due_age_seconds", "edgehook_deliveries_superseded_total", "edgehook_deliveries_backlog_overflow_total"} {
+		if !names[want] {
+			t.Errorf("metric %s not exported", want)
+		}
+	}
+	if n, err := testutil.GatherAndCount(reg, "edgehook_queue_depth"); err != nil || n != 1 {
+		t.Fatalf("queue depth: %d %v", n, err)
+	}
+	want := "# HELP edgehook_queue_depth Deliveries pending or in flight, all subscribers.\n# TYPE edgehook_queue_depth gauge\nedgehook_queue_depth 1\n"
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "edgehook_queue_depth"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -28,6 +28,9 @@ a running serve or the next drain sends them. The data is the webhook body, byte
 				return err
 			}
 			in.Body = body
+			if in.ID == "" {
+				in.ID = api.NewEventID()
+			}
 			return withStore(cmd, func(ctx context.Context, st *store.Store) error {
 				res, err := st.Emit(ctx, in)
 				if err != nil {

@@ -131,12 +131,13 @@ func (f *subscriberFlags) patch(fs *pflag.FlagSet) (store.SubscriberPatch, error
 		}
 		p.Headers = &h
 	}
+	if f.noCoalesce && (set("coalesce-types") || set("coalesce-key") || set("coalesce-window")) {
+		return p, usagef("--no-coalesce conflicts with --coalesce-types, --coalesce-key and --coalesce-window")
+	}
 	rule, err := f.coalesceRule(fs)
 	switch {
 	case err != nil:
 		return p, err
-	case rule != nil && f.noCoalesce:
-		return p, usagef("--no-coalesce conflicts with --coalesce-types, --coalesce-key and --coalesce-window")
 	case rule != nil:
 		p.Coalesce = &rule
 	case f.noCoalesce:

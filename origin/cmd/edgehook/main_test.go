@@ -1,0 +1,569 @@
+package main_test
+
+import (
+	"bufio"
+	"bytes"
+
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/edgehook/edgehook/origin/api"
+	"github.com/edgehook/edgehook/shared/signature"
+	"github.com/edgehook/edgehook/shared/wire"
+	"go.uber.org/goleak"
+)
+
+// bin is the edgehook binary, built once for all tests.
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "edgehook-cli-")
+	if err != nil {
+		panic(err)
+	}
+	bin = filepath.Join(dir, "edgehook")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building edgehook:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// result is a finished run of the binary.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// cli runs the binary in its own working directory with a clean environment.
+type cli struct {
+	t   *testing.T
+	dir string
+	env []string
+}
+
+func newCLI(t *testing.T) *cli {
+	t.Helper()
+	return &cli{t: t, dir: t.TempDir()}
+}
+
+func (c *cli) command(args ...string) *exec.Cmd {
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = c.dir
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + c.dir}, c.env...)
+	return cmd
+}
+
+func (c *cli) runIn(stdin string, args ...string) result {
+	c.t.Helper()
+	cmd := c.command(args...)
+	var out, errb bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(stdin), &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		c.t.Fatal(err)
+	}
+	return result{code: code, stdout: out.String(), stderr: errb.String()}
+}
+
+func (c *cli) run(args ...string) result {
+	c.t.Helper()
+	return c.runIn("", args...)
+}
+
+// ok runs a command that must succeed.
+func (c *cli) ok(args ...string) string {
+	c.t.Helper()
+	r := c.run(args...)
+	if r.code != 0 {
+		c.t.Fatalf("edgehook %s: exit %d\nstderr: %s", strings.Join(args, " "), r.code, r.stderr)
+	}
+	return r.stdout
+}
+
+// okJSON runs a command that must succeed and decodes its output.
+func (c *cli) okJSON(v any, args ...string) {
+	c.t.Helper()
+	out := c.ok(args...)
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		c.t.Fatalf("edgehook %s printed %q: %v", strings.Join(args, " "), out, err)
+	}
+}
+
+func TestVersionAndHelp(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	if out := c.ok("version"); !strings.HasPrefix(out, "edgehook ") {
+		t.Fatalf("version printed %q", out)
+	}
+	commands := [][]string{{}, {"serve"}, {"drain"}, {"emit"}, {"migrate"}, {"version"},
+		{"subscribers"}, {"subscribers", "add"}, {"subscribers", "list"}, {"subscribers", "show"}, {"subscribers", "update"},
+		{"subscribers", "pause"}, {"subscribers", "resume"}, {"subscribers", "rotate-secret"}, {"subscribers", "remove"},
+		{"deliveries"}, {"deliveries", "list"}, {"deliveries", "show"}, {"deliveries", "retry"},
+		{"dead"}, {"dead", "list"}, {"dead", "replay"}, {"edge"}, {"edge", "export-kv"}}
+	for _, args := range commands {
+		out := c.ok(append(args, "--help")...)
+		if !strings.Contains(out, "Usage:") {
+			t.Errorf("edgehook %s --help printed no usage:\n%s", strings.Join(args, " "), out)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(c.dir, "edgehook.db")); err == nil {
+		t.Error("--help created the database")
+	}
+}
+
+// TestBadInput checks that every mistake ends in one line on stderr naming the flag, the
+// variable or the argument, and a non-zero exit.
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	badConfig := filepath.Join(c.dir, "bad.json")
+	if err := os.WriteFile(badConfig, []byte(`{"listen":"127.0.0.1:1","colour":"red"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		env  []string
+		args []string
+		code int
+		want string
+	}{
+		{nil, []string{"serve", "--bogus"}, 2, "--bogus"},
+		{nil, []string{"nosuchcommand"}, 2, "nosuchcommand"},
+		{nil, []string{"version", "extra"}, 2, "no arguments"},
+		{nil, []string{"drain", "--for", "soon"}, 2, "--for"},
+		{nil, []string{"drain", "--for", "0s"}, 2, "--for"},
+		{nil, []string{"drain", "--workers", "0"}, 2, "--workers"},
+		{nil, []string{"drain", "--allow-network", "localhost"}, 2, "--allow-network"},
+		{nil, []string{"serve", "--listen", "0.0.0.0:8080"}, 2, "--token"},
+		{nil, []string{"serve", "--listen", "nonsense"}, 2, "--listen"},
+		{nil, []string{"serve", "--edge-url", "https://edge.example"}, 2, "--edge-secret"},
+		{nil, []string{"serve", "--edge-url", "https://edge.example", "--edge-secret", "nope"}, 2, "--edge-secret"},
+		{nil, []string{"serve", "--body-limit", "lots"}, 2, "--body-limit"},
+		{nil, []string{"--log-format", "xml", "migrate"}, 2, "--log-format"},
+		{nil, []string{"--synchronous", "sometimes", "migrate"}, 2, "--synchronous"},
+		{[]string{"EDGEHOOK_BUSY_TIMEOUT=soon"}, []string{"migrate"}, 2, "EDGEHOOK_BUSY_TIMEOUT"},
+		{[]string{"EDGEHOOK_CONFIG=" + badConfig}, []string{"migrate"}, 2, `"colour": unknown setting`},
+		{nil, []string{"--config", "missing.json", "migrate"}, 2, "config file"},
+		{nil, []string{"emit", "--type", "a.b"}, 2, "--data"},
+		{nil, []string{"emit", "--type", "a.b", "--data", "1", "--data-file", "x"}, 2, "--data"},
+		{nil, []string{"emit", "--type", "a b", "--data", "1"}, 2, "--type"},
+		{nil, []string{"emit", "--type", "a.b", "--data", "{"}, 2, "--data"},
+		{nil, []string{"emit", "--type", "a.b", "--data-file", "missing.json"}, 2, "--data-file"},
+		{nil, []string{"subscribers", "add", "--url", "ftp://x", "--events", "*"}, 2, "--url"},
+		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "a..b"}, 2, "--events"},
+		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--rate", "-1"}, 2, "--rate"},
+		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--rate", "fast"}, 2, "--rate"},
+		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--header", "nocolon"}, 2, "--header"},
+		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--coalesce-key", "id"}, 2, "--coalesce-key"},
+		{nil, []string{"subscribers", "show"}, 2, "ID"},
+		{nil, []string{"subscribers", "update", "x", "--no-coalesce", "--coalesce-key", "k"}, 2, "--no-coalesce"},
+		{nil, []string{"subscribers", "rotate-secret", "x", "--overlap", "forever"}, 2, "--overlap"},
+		{nil, []string{"subscribers", "show", "nobody"}, 1, "not found"},
+		{nil, []string{"deliveries", "list", "--status", "lost"}, 2, "--status"},
+		{nil, []string{"deliveries", "list", "--limit", "0"}, 2, "--limit"},
+		{nil, []string{"deliveries", "list", "--from", "monday"}, 2, "--from"},
+		{nil, []string{"deliveries", "show", "dlv_x_1"}, 1, "not found"},
+		{nil, []string{"dead", "replay"}, 2, "--subscriber"},
+		{nil, []string{"dead", "replay", "--subscriber", "s", "--to", "later"}, 2, "--to"},
+		{nil, []string{"edge", "export-kv", "--out", filepath.Join(c.dir, "no", "such", "dir.json")}, 1, "--out"},
+	}
+	for _, tc := range cases {
+		cc := &cli{t: t, dir: c.dir, env: tc.env}
+		r := cc.run(tc.args...)
+		line := strings.TrimSuffix(r.stderr, "\n")
+		if r.code != tc.code || strings.Contains(line, "\n") || !strings.Contains(line, tc.want) || !strings.HasPrefix(line, "edgehook: ") {
+			t.Errorf("edgehook %s: exit %d, stderr %q; want exit %d and one line naming %q", strings.Join(tc.args, " "), r.code, r.stderr, tc.code, tc.want)
+		}
+		if r.stdout != "" {
+			t.Errorf("edgehook %s printed to stdout on error: %q", strings.Join(tc.args, " "), r.stdout)
+		}
+	}
+}
+
+// TestSettingsPrecedence: a flag beats the environment, which beats the config file.
+func TestSettingsPrecedence(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	if err := os.WriteFile(filepath.Join(c.dir, "edgehook.json"), []byte(`{"db": "file.db", "log_level": "warn"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.env = []string{"EDGEHOOK_CONFIG=edgehook.json"}
+	if out := c.ok("migrate"); out != "file.db: schema up to date\n" {
+		t.Fatalf("config file: %q", out)
+	}
+	c.env = append(c.env, "EDGEHOOK_DB=env.db")
+	if out := c.ok("migrate"); out != "env.db: schema up to date\n" {
+		t.Fatalf("environment: %q", out)
+	}
+	if out := c.ok("migrate", "--db", "flag.db"); out != "flag.db: schema up to date\n" {
+		t.Fatalf("flag: %q", out)
+	}
+	for _, f := range []string{"file.db", "env.db", "flag.db"} {
+		if _, err := os.Stat(filepath.Join(c.dir, f)); err != nil {
+			t.Errorf("%s was not created: %v", f, err)
+		}
+	}
+}
+
+func TestSubscriberCommands(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	c.ok("migrate")
+	var created api.SubscriberWithSecret
+	c.okJSON(&created, "subscribers", "add", "--id", "shop", "--url", "https://shop.example/hooks", "--events", "order.*,user.created",
+		"--header", "X-Team: growth", "--mode", "edge", "--timeout", "3s")
+	if created.ID != "shop" || !strings.HasPrefix(created.Secret, "whsec_") || len(created.Events) != 2 || created.TimeoutMS != 3000 ||
+		created.Headers["X-Team"] != "growth" || created.Mode != "edge" {
+		t.Fatalf("created = %+v", created)
+	}
+	if r := c.run("subscribers", "add", "--id", "shop", "--url", "https://x.example", "--events", "*"); r.code != 1 || !strings.Contains(r.stderr, "conflict") {
+		t.Fatalf("duplicate id: %+v", r)
+	}
+	c.ok("subscribers", "add", "--id", "direct", "--url", "https://d.example/in", "--events", "*")
+
+	table := c.ok("subscribers", "list")
+	if !strings.HasPrefix(table, "ID") || !strings.Contains(table, "shop") || !strings.Contains(table, "https://d.example/in") {
+		t.Fatalf("list table:\n%s", table)
+	}
+	var list []api.Subscriber
+	c.okJSON(&list, "subscribers", "list", "--json")
+	if len(list) != 2 {
+		t.Fatalf("list --json = %+v", list)
+	}
+	for _, args := range [][]string{{"subscribers", "show", "shop"}, {"subscribers", "list", "--json"}, {"subscribers", "list"}} {
+		if out := c.ok(args...); strings.Contains(out, "whsec_") {
+			t.Fatalf("%v shows a secret", args)
+		}
+	}
+
+	var sub api.Subscriber
+	c.okJSON(&sub, "subscribers", "update", "shop", "--rate", "50", "--burst", "80",
+		"--coalesce-types", "order.*", "--coalesce-key", "order_id", "--coalesce-window", "30s")
+	if sub.RatePerSec != 50 || sub.Burst != 80 || sub.Coalesce == nil || sub.Coalesce.WindowSeconds != 30 || sub.URL != "https://shop.example/hooks" {
+		t.Fatalf("updated = %+v", sub)
+	}
+	var uncoalesced api.Subscriber
+	c.okJSON(&uncoalesced, "subscribers", "update", "shop", "--no-coalesce")
+	if uncoalesced.Coalesce != nil || uncoalesced.RatePerSec != 50 {
+		t.Fatalf("--no-coalesce = %+v", uncoalesced)
+	}
+	c.okJSON(&sub, "subscribers", "pause", "shop")
+	if sub.State != "paused" {
+		t.Fatalf("paused = %+v", sub)
+	}
+	c.okJSON(&sub, "subscribers", "resume", "shop")
+	if sub.State != "active" {
+		t.Fatalf("resumed = %+v", sub)
+	}
+	var rotated api.SubscriberWithSecret
+	c.okJSON(&rotated, "subscribers", "rotate-secret", "shop", "--overlap", "2h")
+	if rotated.Secret == created.Secret || !strings.HasPrefix(rotated.Secret, "whsec_") || len(rotated.Secrets) != 2 {
+		t.Fatalf("rotated = %+v", rotated)
+	}
+
+	// export-kv: only edge-mode subscribers unless --all; the file is what wrangler and the harness read.
+	out := filepath.Join(c.dir, "kv.json")
+	c.ok("edge", "export-kv", "--out", out)
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := wire.DecodeBulk(data)
+	if err != nil || len(entries) != 1 || entries[0].Key != wire.SubscriberKey("shop") {
+		t.Fatalf("export-kv = %s (%v)", data, err)
+	}
+	rec, err := wire.DecodeSubscriberRecord([]byte(entries[0].Value))
+	if err != nil || rec.URL != "https://shop.example/hooks" || rec.TimeoutMS != 3000 || !rec.Active || rec.Headers["X-Team"] != "growth" {
+		t.Fatalf("record = %+v (%v)", rec, err)
+	}
+	if bytes.Contains(data, []byte("whsec_")) {
+		t.Fatal("export-kv leaked a secret")
+	}
+	all, err := wire.DecodeBulk([]byte(c.ok("edge", "export-kv", "--all")))
+	if err != nil || len(all) != 2 {
+		t.Fatalf("export-kv --all: %d entries, %v", len(all), err)
+	}
+
+	if r := c.ok("subscribers", "remove", "direct"); !strings.Contains(r, `"removed": "direct"`) {
+		t.Fatalf("remove printed %q", r)
+	}
+	if r := c.run("subscribers", "show", "direct"); r.code != 1 {
+		t.Fatalf("show after remove: %+v", r)
+	}
+}
+
+// receiver is a subscriber endpoint on 127.0.0.1 that verifies Standard Webhooks signatures.
+type receiver struct {
+	*httptest.Server
+	mu      sync.Mutex
+	secret  []signature.Secret
+	bodies  []string
+	bad     int
+	arrived chan struct{}
+}
+
+func newReceiver(t *testing.T) *receiver {
+	r := &receiver{arrived: make(chan struct{}, 100)}
+	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		err := signature.Verify(r.secret, req.Header.Get(wire.HeaderWebhookID), req.Header.Get(wire.HeaderWebhookTimestamp),
+			req.Header.Get(wire.HeaderWebhookSignature), body, time.Now(), 5*time.Minute)
+		if err != nil {
+			r.bad++
+		} else {
+			r.bodies = append(r.bodies, string(body))
+		}
+		r.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+		r.arrived <- struct{}{}
+	}))
+	t.Cleanup(r.Close)
+	return r
+}
+
+func (r *receiver) setSecret(t *testing.T, s string) {
+	sec, err := signature.ParseSecret(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	r.secret = []signature.Secret{sec}
+	r.mu.Unlock()
+}
+
+func (r *receiver) got() (bodies []string, bad int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.bodies...), r.bad
+}
+
+func TestEmitDrainAndDeadLetters(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	recv := newReceiver(t)
+	var sub api.SubscriberWithSecret
+	c.okJSON(&sub, "subscribers", "add", "--id", "ok", "--url", recv.URL+"/hook", "--events", "video.*")
+	recv.setSecret(t, sub.Secret)
+	// A subscriber nobody listens on: every attempt is refused at once.
+	c.ok("subscribers", "add", "--id", "gone", "--url", "http://127.0.0.1:1/hook", "--events", "video.*")
+
+	data := `{"video_id":"v42",  "rank": 1}`
+	var res api.EmitResult
+	c.okJSON(&res, "emit", "--id", "evt_1", "--type", "video.trending", "--data", data)
+	if res.ID != "evt_1" || res.Deliveries != 2 {
+		t.Fatalf("emit = %+v", res)
+	}
+	c.okJSON(&res, "emit", "--id", "evt_1", "--type", "video.trending", "--data", data)
+	if !res.Duplicate {
+		t.Fatalf("re-emit = %+v, want a duplicate", res)
+	}
+	if r := c.run("emit", "--id", "evt_1", "--type", "video.trending", "--data", "{}"); r.code != 1 || !strings.Contains(r.stderr, "conflict") {
+		t.Fatalf("conflicting re-emit: %+v", r)
+	}
+	r := c.runIn(`{"from":"stdin"}`, "emit", "--type", "video.rank_updated", "--data-file", "-")
+	if r.code != 0 {
+		t.Fatalf("emit from stdin: %+v", r)
+	}
+
+	table := c.ok("deliveries", "list", "--status", "pending")
+	if n := strings.Count(table, "\n"); n != 5 { // header + 4 deliveries
+		t.Fatalf("pending deliveries table has %d lines:\n%s", n, table)
+	}
+	var page api.DeliveryPage
+	c.okJSON(&page, "deliveries", "list", "--limit", "3", "--json")
+	if len(page.Deliveries) != 3 || page.NextCursor == "" {
+		t.Fatalf("first page = %+v", page)
+	}
+	var last api.DeliveryPage
+	c.okJSON(&last, "deliveries", "list", "--limit", "3", "--json", "--cursor", page.NextCursor)
+	if len(last.Deliveries) != 1 || last.NextCursor != "" {
+		t.Fatalf("second page = %+v", last)
+	}
+	if out := c.ok("deliveries", "list", "--limit", "3"); !strings.Contains(out, "more: --cursor ") {
+		t.Fatalf("the table does not say how to continue:\n%s", out)
+	}
+
+	drain := c.run("drain", "--until-idle", "--for", "30s", "--max-attempts", "1", "--allow-network", "127.0.0.0/8", "--log-format", "json")
+	if drain.code != 0 || !strings.Contains(drain.stderr, `"msg":"drain finished"`) || !strings.Contains(drain.stderr, `"delivered":2`) {
+		t.Fatalf("drain: %+v", drain)
+	}
+	bodies, bad := recv.got()
+	if bad != 0 || len(bodies) != 2 || bodies[0] != data && bodies[1] != data {
+		t.Fatalf("receiver got %q with %d bad signatures; want both events, %q byte for byte", bodies, bad, data)
+	}
+
+	var dead api.DeliveryPage
+	c.okJSON(&dead, "dead", "list", "--subscriber", "gone", "--json")
+	if len(dead.Deliveries) != 2 || dead.Deliveries[0].Status != "dead" {
+		t.Fatalf("dead list = %+v", dead)
+	}
+	if out := c.ok("dead", "list"); strings.Count(out, "\n") != 3 {
+		t.Fatalf("dead list table:\n%s", out)
+	}
+	var one api.Delivery
+	c.okJSON(&one, "deliveries", "show", dead.Deliveries[0].ID)
+	if len(one.AttemptLog) != 1 || one.LastError == "" {
+		t.Fatalf("dead delivery = %+v", one)
+	}
+	c.okJSON(&one, "deliveries", "retry", dead.Deliveries[0].ID)
+	if one.Status != "pending" {
+		t.Fatalf("retried = %+v", one)
+	}
+	if r := c.run("deliveries", "retry", dead.Deliveries[0].ID); r.code != 1 || !strings.Contains(r.stderr, "invalid state") {
+		t.Fatalf("retrying a pending delivery: %+v", r)
+	}
+	var replay api.ReplayResult
+	c.okJSON(&replay, "dead", "replay", "--subscriber", "gone", "--from", time.Now().Add(-time.Hour).UTC().Format(time.RFC3339))
+	if replay.Replayed != 1 {
+		t.Fatalf("replayed %d, want the 1 left dead", replay.Replayed)
+	}
+}
+
+// startServe runs `edgehook serve` on a free loopback port and returns its base URL once it
+// listens; the process is stopped with SIGTERM by the caller.
+func startServe(t *testing.T, c *cli, args ...string) (*exec.Cmd, string, *bytes.Buffer) {
+	t.Helper()
+	cmd := c.command(append([]string{"serve", "--listen", "127.0.0.1:0", "--log-format", "json"}, args...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var rest bytes.Buffer
+	addr := make(chan string, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var line struct{ Msg, Addr string }
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving" {
+				addr <- line.Addr
+			}
+			rest.Write(sc.Bytes())
+			rest.WriteByte('\n')
+		}
+	}()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	select {
+	case a := <-addr:
+		return cmd, "http://" + a, &rest
+	case <-done:
+		cmd.Wait()
+		t.Fatalf("serve exited before listening:\n%s", rest.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("serve did not listen within 30s:\n%s", rest.String())
+	}
+	return nil, "", nil
+}
+
+func TestServeDeliversAndStopsOnSIGTERM(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	recv := newReceiver(t)
+	// Settings from a config file, the token from the environment.
+	if err := os.WriteFile(filepath.Join(c.dir, "edgehook.json"), []byte(`{"allow_network": ["127.0.0.0/8"], "poll_interval": "50ms"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.env = []string{"EDGEHOOK_CONFIG=edgehook.json", "EDGEHOOK_TOKEN=t0ken"}
+	cmd, base, logs := startServe(t, c)
+
+	call := func(method, path, token, body string) (int, []byte) {
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	if code, _ := call("GET", "/v1/stats", "", ""); code != http.StatusUnauthorized {
+		t.Fatalf("no token: %d", code)
+	}
+	code, body := call("POST", "/v1/subscribers", "t0ken", `{"url":"`+recv.URL+`/hook","events":["*"]}`)
+	if code != http.StatusCreated {
+		t.Fatalf("create subscriber: %d %s", code, body)
+	}
+	var sub api.SubscriberWithSecret
+	if err := json.Unmarshal(body, &sub); err != nil {
+		t.Fatal(err)
+	}
+	recv.setSecret(t, sub.Secret)
+	if code, body := call("POST", "/v1/events", "t0ken", `{"type":"video.trending","data":{"n":1}}`); code != http.StatusAccepted {
+		t.Fatalf("emit: %d %s", code, body)
+	}
+	select {
+	case <-recv.arrived:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the event was not delivered within 30s")
+	}
+	if bodies, bad := recv.got(); bad != 0 || len(bodies) != 1 || bodies[0] != `{"n":1}` {
+		t.Fatalf("receiver got %q, %d bad", bodies, bad)
+	}
+	// The receiver answers before the engine writes the outcome: wait for the write.
+	var metrics []byte
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, metrics = call("GET", "/metrics", "t0ken", ""); bytes.Contains(metrics, []byte(`edgehook_deliveries_delivered_total{subscriber="`+sub.ID+`"} 1`)) {
+			break
+		}
+	}
+	for _, want := range []string{"edgehook_deliveries_delivered_total", "edgehook_queue_depth", "go_goroutines", "process_cpu_seconds_total", "edgehook_http_requests_total"} {
+		if !bytes.Contains(metrics, []byte(want)) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatalf("serve exited with %v after SIGTERM:\n%s", err, logs.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop within 30s of SIGTERM")
+	}
+	if s := logs.String(); !strings.Contains(s, `"msg":"stopped"`) || strings.Contains(s, "whsec_") || strings.Contains(s, "t0ken") {
+		t.Fatalf("serve log must end with stopped and hold no secret or token:\n%s", s)
+	}
+}

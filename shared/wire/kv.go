@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -265,6 +266,11 @@ func ValidateURL(s string) error {
 	}
 	if u.Host == "" || u.Hostname() == "" {
 		return fmt.Errorf("%q has no host", s)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("%q has port %s, outside 1–65535", s, p)
+		}
 	}
 	if u.User != nil {
 		return fmt.Errorf("%q must not carry credentials; use headers", s)

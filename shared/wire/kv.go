@@ -92,7 +92,10 @@ type FieldError struct {
 	Err   error
 }
 
+// Error returns "<field>: <what is wrong>".
 func (e *FieldError) Error() string { return e.Field + ": " + e.Err.Error() }
+
+// Unwrap returns the underlying error.
 func (e *FieldError) Unwrap() error { return e.Err }
 
 func fieldErr(field, format string, args ...any) error {

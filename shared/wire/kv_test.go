@@ -117,6 +117,8 @@ func TestDecodeSubscriberRecordErrors(t *testing.T) {
 		{"credentials", rec("url", `"https://user:pw@h.example/x"`), "url", "must not carry credentials"},
 		{"user only", rec("url", `"https://user@h.example/x"`), "url", "must not carry credentials"},
 		{"fragment", rec("url", `"https://h.example/x#frag"`), "url", "fragment"},
+		{"port 0", rec("url", `"http://h.example:0/x"`), "url", "outside 1–65535"},
+		{"port 65536", rec("url", `"http://h.example:65536/x"`), "url", "outside 1–65535"},
 		{"unparsable", rec("url", `"http://h.example/%zz"`), "url", "is not a URL"},
 		{"empty url", rec("url", `""`), "url", "absolute http or https"},
 

@@ -8,18 +8,20 @@ import (
 )
 
 // TestSharedBuildsForWASM builds ./shared/... for both WASM targets the edge uses (GOOS=js for the
-// Worker, GOOS=wasip1 for the wazero harness) and checks that net/http stays out of them: it would
-// double the Worker's size.
+// Worker, GOOS=wasip1 for the wazero harness, also with the edgehook_hostmac tag its module is
+// built with) and checks that net/http stays out of them: it would double the Worker's size.
 func TestSharedBuildsForWASM(t *testing.T) {
 	t.Parallel()
 	goBin, err := exec.LookPath("go") // go test puts its own GOROOT/bin first on PATH
 	if err != nil {
 		t.Fatalf("go toolchain not found: %v", err)
 	}
-	for _, goos := range []string{"js", "wasip1"} {
-		t.Run(goos, func(t *testing.T) {
+	for _, target := range []struct{ goos, tags string }{{"js", ""}, {"wasip1", ""}, {"wasip1", "edgehook_hostmac"}} {
+		goos := target.goos
+		t.Run(goos+"/"+target.tags, func(t *testing.T) {
 			t.Parallel()
-			run := func(args ...string) string {
+			run := func(verb string, args ...string) string {
+				args = append([]string{verb, "-tags=" + target.tags}, args...)
 				cmd := exec.Command(goBin, args...)
 				cmd.Dir = "../.." // the module root
 				cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH=wasm", "CGO_ENABLED=0")

@@ -90,6 +90,7 @@ func TestVerifyHop(t *testing.T) {
 		{name: "rotation: signed with new, edge knows old and new", secrets: []signature.Secret{oldS, newS}, sig: signature.SignHop([]signature.Secret{newS}, h, hopBody)},
 		{name: "299 s stale is fine", secrets: []signature.Secret{oldS}, sig: both, now: now.Add(299 * time.Second)},
 		{name: "wrong secret", secrets: []signature.Secret{other}, sig: both, want: signature.ErrNoMatch},
+		{name: "an unset secret never matches", secrets: []signature.Secret{{}}, sig: signature.SignHop([]signature.Secret{{}}, h, hopBody), want: signature.ErrNoMatch},
 		{name: "a Standard Webhooks signature is not a hop signature", secrets: []signature.Secret{oldS}, sig: signature.Sign([]signature.Secret{oldS}, h.DeliveryID, h.Timestamp, hopBody), want: signature.ErrNoMatch},
 		{name: "stale", secrets: []signature.Secret{oldS}, sig: both, now: now.Add(5*time.Minute + time.Second), want: signature.ErrTimestamp},
 		{name: "from the future", secrets: []signature.Secret{oldS}, sig: both, now: now.Add(-6 * time.Minute), want: signature.ErrTimestamp},

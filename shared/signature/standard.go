@@ -71,7 +71,8 @@ func checkTimestamp(timestamp string, now time.Time, tolerance time.Duration) er
 }
 
 // matchAny parses a space-separated list of "v1,<base64>" signatures and reports whether any equals
-// expected(key) for any secret. Unknown versions are skipped; a list with no v1 entry is malformed.
+// expected(key) for any secret other than the zero Secret. Unknown versions are skipped; a list with
+// no v1 entry is malformed.
 func matchAny(sigHeader string, secrets []Secret, expected func(key []byte) []byte) error {
 	var candidates [][]byte
 	for _, field := range strings.Fields(sigHeader) {
@@ -89,6 +90,9 @@ func matchAny(sigHeader string, secrets []Secret, expected func(key []byte) []by
 		return fmt.Errorf("%w: no v1 signature", ErrMalformed)
 	}
 	for _, s := range secrets {
+		if s.IsZero() {
+			continue // an unset Secret{} would be an empty HMAC key that anyone can sign with
+		}
 		want := expected(s.key)
 		for _, c := range candidates {
 			if hmac.Equal(want, c) {

@@ -83,6 +83,7 @@ func TestVerify(t *testing.T) {
 		{name: "body with a trailing newline", secrets: []signature.Secret{ref}, sig: refSignature, body: []byte(refBody + "\n"), want: signature.ErrNoMatch},
 		{name: "wrong secret", secrets: []signature.Secret{other}, sig: refSignature, want: signature.ErrNoMatch},
 		{name: "no secret at all", secrets: nil, sig: refSignature, want: signature.ErrNoMatch},
+		{name: "an unset secret never matches", secrets: []signature.Secret{{}}, sig: signature.Sign([]signature.Secret{{}}, refID, refTimestamp, body), want: signature.ErrNoMatch},
 		{name: "other id", secrets: []signature.Secret{ref}, id: "msg_other", sig: refSignature, want: signature.ErrNoMatch},
 		{name: "other timestamp within tolerance", secrets: []signature.Secret{ref}, ts: strconv.Itoa(refTimestamp + 1), sig: refSignature, want: signature.ErrNoMatch},
 		{name: "same number, other spelling", secrets: []signature.Secret{ref}, ts: "0" + ts, sig: refSignature, want: signature.ErrNoMatch},

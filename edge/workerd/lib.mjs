@@ -106,7 +106,7 @@ export async function startSubscriber() {
       res.end(u.body_bytes > 0 ? Buffer.alloc(u.body_bytes, "y") : (u.body ?? ""));
     });
   });
-  server.keepAliveTimeout = 1000;
+  server.keepAliveTimeout = 60_000; // longer than any run: no close racing a reused connection
   await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
   sub.url = `http://127.0.0.1:${server.address().port}`;
   sub.setScript = (u) => {

@@ -20,35 +20,34 @@ type fetchUpstream struct{}
 var _ relay.Upstream = fetchUpstream{}
 
 func (fetchUpstream) Do(ctx context.Context, req *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
-	global := js.Global()
-	abort := global.Get("AbortController").New()
+	abort := jsAbort.New()
 	var timedOut atomic.Bool
 	stop := afterFunc(req.Timeout, func() {
 		timedOut.Store(true)
 		abort.Call("abort")
 	})
 	defer stop()
-	resp, err := doFetch(global, abort.Get("signal"), req)
+	resp, err := doFetch(abort.Get("signal"), req)
 	if err != nil && (timedOut.Load() || ctx.Err() != nil) {
 		return nil, fmt.Errorf("%w (%s): %v", relay.ErrUpstreamTimeout, req.Timeout, err)
 	}
 	return resp, err
 }
 
-func doFetch(global, signal js.Value, req *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
-	headers := global.Get("Headers").New()
+func doFetch(signal js.Value, req *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
+	headers := jsHeaders.New()
 	for k, v := range req.Header {
 		headers.Call("set", k, v)
 	}
-	body := global.Get("Uint8Array").New(len(req.Body))
+	body := jsUint8Array.New(len(req.Body))
 	js.CopyBytesToJS(body, req.Body)
-	init := global.Get("Object").New()
+	init := jsObject.New()
 	init.Set("method", "POST")
 	init.Set("headers", headers)
 	init.Set("body", body)
 	init.Set("redirect", "manual") // the destination comes only from the record
 	init.Set("signal", signal)
-	res, err := await(global.Get("fetch").Invoke(req.URL, init)) // Invoke: workerd refuses a `this`
+	res, err := await(jsFetch.Invoke(req.URL, init))
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,22 @@ import (
 	"time"
 )
 
+// JS globals, looked up once. js.Global() is wasm_exec's proxy of globalThis, and workerd refuses
+// calls whose `this` is that proxy, so functions are called with Invoke.
+var (
+	global         = js.Global()
+	jsArray        = global.Get("Array")
+	jsObject       = global.Get("Object")
+	jsPromise      = global.Get("Promise")
+	jsResponse     = global.Get("Response")
+	jsHeaders      = global.Get("Headers")
+	jsUint8Array   = global.Get("Uint8Array")
+	jsAbort        = global.Get("AbortController")
+	jsFetch        = global.Get("fetch")
+	jsSetTimeout   = global.Get("setTimeout")
+	jsClearTimeout = global.Get("clearTimeout")
+)
+
 // await blocks the calling goroutine until p settles. Both callbacks are released whichever runs
 // (the library's helper leaks one per call, which a long-lived instance cannot afford). The
 // goroutine resumes inside the JS turn that settled p, that is, in the request's own context.
@@ -57,10 +73,9 @@ func afterFunc(d time.Duration, f func()) (stop func()) {
 		f()
 		return nil
 	})
-	global := js.Global()
-	id := global.Get("setTimeout").Invoke(cb, d.Milliseconds()) // Invoke: workerd refuses a `this`
+	id := jsSetTimeout.Invoke(cb, d.Milliseconds())
 	return func() {
-		global.Get("clearTimeout").Invoke(id)
+		jsClearTimeout.Invoke(id)
 		release()
 	}
 }

@@ -2,9 +2,9 @@
 // (wasm_exec.js, runtime.mjs), copied next to them as index.mjs by `make worker`.
 //
 // The generated worker.mjs starts a new Go instance for every request, because the library's
-// Serve returns after one. Ours starts one instance per isolate: main() calls ServeNonBlock and
-// Ready and then blocks forever, and every request goes to that instance's handleRequest. If the
-// instance ever exits (a panic), the next request starts a new one.
+// Serve returns after one. Ours starts one instance per isolate: main() installs binding.serve,
+// calls Ready and then blocks forever, and every request goes to that instance's serve. If the
+// instance ever exits, the request in it is answered 500 and the next request starts a new one.
 import "./wasm_exec.js";
 import { createRuntimeContext, loadModule } from "./runtime.mjs";
 
@@ -41,7 +41,7 @@ function start(env, ctx) {
     });
     const early = await Promise.race([isReady.then(() => null), exited]);
     if (early) throw new Error(early);
-    return { handleRequest: binding.handleRequest, exited };
+    return { serve: binding.serve, exited };
   })();
   started.catch(() => {
     if (instance === started) instance = undefined; // the next request tries again
@@ -52,10 +52,10 @@ function start(env, ctx) {
 export default {
   async fetch(req, env, ctx) {
     instance ??= start(env, ctx);
-    const { handleRequest, exited } = await instance;
+    const { serve, exited } = await instance;
     // If the instance dies while this request is in it, answer instead of hanging.
     return Promise.race([
-      handleRequest(req),
+      serve(req),
       exited.then(
         (why) =>
           new Response(`rejected:edge_crashed: ${why}\n`, {

@@ -1,26 +1,27 @@
 //go:build js && wasm
 
-// Command worker is the edge relay as a Cloudflare Worker (github.com/syumai/workers). It is the
-// only package that imports syscall/js; the relay itself is edge/relay.
+// Command worker is the edge relay as a Cloudflare Worker. It is the only package that imports
+// syscall/js; the relay itself is edge/relay.
 //
-// One Go instance serves every request of an isolate: main registers the handler, signals Ready
-// and blocks forever, and loader.mjs keeps the first instance's handleRequest. The relay keeps no
+// github.com/syumai/workers supplies the runtime glue: the generated assets (wasm_exec.js,
+// runtime.mjs), Ready, and the Worker's env (cloudflare.Getenv, GetBinding). The request and
+// response conversion is our own (serve.go): the library's pumps both bodies through Go pipes and
+// JS streams, one await per chunk, and splits every header value at ",".
+//
+// One Go instance serves every request of an isolate: main installs binding.serve, signals Ready
+// and blocks forever, and loader.mjs sends every request to that instance. The relay keeps no
 // per-request state, and each request's KV and fetch calls are awaited by that request's own
-// goroutine, so concurrent requests do not share anything but the configuration.
+// goroutine, resumed from the JS turn of that request's own promise.
 package main
 
 import (
-	"context"
 	"fmt"
-	"net/http"
-	"strings"
 	"syscall/js"
 
 	"github.com/syumai/workers"
 	"github.com/syumai/workers/cloudflare"
 
 	"github.com/edgehook/edgehook/edge/relay"
-	"github.com/edgehook/edgehook/shared/wire"
 )
 
 // Binding names, as in wrangler.toml.
@@ -29,11 +30,10 @@ const (
 	bindingDedup       = "DEDUP"
 )
 
-// reasonPanic is the rejection reason of a request whose handling panicked.
-const reasonPanic = "edge_panic"
-
 func main() {
-	workers.ServeNonBlock(newHandler())
+	h := newHandler()
+	// The loader's binding object (the runtime context's "binding") receives our entry point.
+	js.Global().Get("context").Get("binding").Set("serve", js.FuncOf(h.serveJS))
 	workers.Ready()
 	select {} // keep this instance alive for the next requests
 }
@@ -64,44 +64,4 @@ func newHandler() *handler {
 		Clock:       relay.SystemClock{},
 	})
 	return &handler{relay: r, err: err}
-}
-
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	// One instance serves every request: a panic must fail this request, not all of them.
-	defer func() {
-		if p := recover(); p != nil {
-			writeResponse(w, relay.Reject(500, reasonPanic, "edge panic: %v", p))
-		}
-	}()
-	if h.err != nil {
-		writeResponse(w, relay.Reject(500, wire.ReasonMisconfigured, "the Worker's configuration: %v", h.err))
-		return
-	}
-	req := &relay.Request{Method: r.Method, Header: make(relay.Header, len(r.Header))}
-	for k, vs := range r.Header {
-		// The library splits every header value at "," (a signature "v1,<base64>" included);
-		// joining with "," restores the value exactly as the Fetch API gave it.
-		req.Header.Set(k, strings.Join(vs, ","))
-	}
-	if r.Body != nil { // nil for a bodyless request
-		body, err := relay.ReadBody(r.Body, h.relay.MaxBody())
-		if err != nil {
-			writeResponse(w, relay.Reject(400, wire.ReasonMalformedHeader, "read body: %v", err))
-			return
-		}
-		req.Body = body
-	}
-	resp := h.relay.Handle(context.Background(), req)
-	if resp.Detail != "" {
-		println("edgehook edge:", resp.Detail) // console.log, for `wrangler tail`
-	}
-	writeResponse(w, resp)
-}
-
-func writeResponse(w http.ResponseWriter, resp *relay.Response) {
-	for k, v := range resp.Header {
-		w.Header().Set(k, v)
-	}
-	w.WriteHeader(resp.Status)
-	_, _ = w.Write(resp.Body)
 }

@@ -1,0 +1,103 @@
+// bench-edge: requests/s of the Go Worker (the real bundle) against a plain JS Worker doing the
+// same KV and fetch work (jsrelay.mjs), in the same Miniflare run, against one subscriber on
+// 127.0.0.1. Bounded: a fixed number of requests per round. Writes EDGEHOOK_BENCH_OUT (JSON) and
+// prints a table.
+import { readFileSync, statSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { gzipSync } from "node:zlib";
+import { Miniflare } from "miniflare";
+import { buildRequest, compatibilityDate, loadSuite, root, startSubscriber, suiteVars, workerDir } from "./lib.mjs";
+
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
+const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 200); // per worker, per round, per concurrency level
+const WARMUP = 100; // past wasm tier-up and the first GCs
+const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? "1,8").split(",").map(Number);
+
+const suite = loadSuite();
+const sub = await startSubscriber();
+sub.setScript({ status: 200, body: "ok" });
+const vars = suiteVars(suite);
+// Both workers see the same namespaces (same ids) and the same vars.
+const shared = { kvNamespaces: { SUBSCRIBERS: "subscribers", DEDUP: "dedup" }, bindings: vars, compatibilityDate: compatibilityDate() };
+const mf = new Miniflare({
+  cf: false,
+  workers: [
+    {
+      ...shared,
+      name: "go",
+      scriptPath: path.join(workerDir, "index.mjs"),
+      modulesRoot: workerDir,
+      modules: true,
+      modulesRules: [
+        { type: "ESModule", include: ["**/*.mjs", "**/*.js"] },
+        { type: "CompiledWasm", include: ["**/*.wasm"] },
+      ],
+    },
+    { ...shared, name: "js", scriptPath: path.join(root, "edge/workerd/jsrelay.mjs"), modules: true },
+  ],
+});
+const subs = await mf.getKVNamespace("SUBSCRIBERS", "go");
+await subs.put("sub:sub_bench", JSON.stringify({ url: sub.url + "/hook", timeout_ms: 5000, active: true }));
+const workers = { go: await mf.getWorker("go"), js: await mf.getWorker("js") };
+
+const body = JSON.stringify({ video_id: "v1", rank: 3, title: "x".repeat(900) }); // ~1 KB
+let seq = 0;
+function request() {
+  const id = `del_bench_${++seq}`;
+  const b = buildRequest(suite, {
+    hop: { delivery_id: id, subscriber_id: "sub_bench", event_type: "video.trending", attempt: 1 },
+    sign_with: ["current"],
+    headers: { "content-type": "application/json", "webhook-id": "evt_" + id },
+    body,
+  }, Date.now());
+  return { method: "POST", headers: b.headers, body: b.body };
+}
+
+async function run(worker, n, concurrency) {
+  let next = 0;
+  const start = performance.now();
+  await Promise.all(Array.from({ length: concurrency }, async () => {
+    while (next < n) {
+      next++;
+      const res = await worker.fetch("http://edge.test/", request());
+      const text = await res.text();
+      if (res.status !== 200 || res.headers.get("edgehook-outcome") !== "forwarded") {
+        throw new Error(`bench request answered ${res.status} ${res.headers.get("edgehook-outcome")}: ${text}`);
+      }
+    }
+  }));
+  return n / ((performance.now() - start) / 1000);
+}
+
+const results = [];
+for (const c of CONCURRENCY) {
+  const rps = { go: [], js: [] };
+  for (const name of ["go", "js"]) await run(workers[name], WARMUP, c);
+  for (let r = 0; r < ROUNDS; r++) {
+    for (const name of ["go", "js"]) rps[name].push(await run(workers[name], REQUESTS, c));
+  }
+  const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+  const go = median(rps.go), js = median(rps.js);
+  results.push({ concurrency: c, go_rps: round(go), js_rps: round(js), ratio: round(go / js, 2), go_ms: round(1000 / go, 2), js_ms: round(1000 / js, 2) });
+}
+await mf.dispose();
+await sub.close();
+
+function round(x, d = 1) {
+  return Math.round(x * 10 ** d) / 10 ** d;
+}
+
+const wasm = readFileSync(path.join(workerDir, "app.wasm"));
+const out = {
+  what: "Go Worker (build/worker) vs plain JS Worker (edge/workerd/jsrelay.mjs), same Miniflare run, same KV (2 gets + 1 put) and fetch to a subscriber on 127.0.0.1, ~1 KB body; median of rounds",
+  rounds: ROUNDS,
+  requests_per_round: REQUESTS,
+  workerd: JSON.parse(readFileSync(path.join(root, "node_modules/workerd/package.json"), "utf8")).version,
+  bundle: { wasm_bytes: statSync(path.join(workerDir, "app.wasm")).size, wasm_gzip_bytes: gzipSync(wasm, { level: 9 }).length },
+  results,
+};
+if (process.env.EDGEHOOK_BENCH_OUT) writeFileSync(process.env.EDGEHOOK_BENCH_OUT, JSON.stringify(out, null, 2) + "\n");
+console.log("| concurrency | Go Worker req/s | JS Worker req/s | Go/JS | Go ms/req | JS ms/req |");
+console.log("|---|---|---|---|---|---|");
+for (const r of results) console.log(`| ${r.concurrency} | ${r.go_rps} | ${r.js_rps} | ${r.ratio} | ${r.go_ms} | ${r.js_ms} |`);
+console.log(`bundle: app.wasm ${out.bundle.wasm_bytes} bytes, ${out.bundle.wasm_gzip_bytes} gzipped; workerd ${out.workerd}`);

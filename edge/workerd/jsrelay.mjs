@@ -1,0 +1,48 @@
+// A plain JS Worker doing the relay's work on the happy path — verify the hop HMAC, read the
+// subscriber record and the dedup mark from KV, forward with a deadline, write the dedup mark —
+// as the yardstick for the Go Worker in bench.mjs. It is not a second implementation of the relay:
+// it skips every rejection path.
+const enc = new TextEncoder();
+
+let keys; // the imported edge secrets, once per isolate
+
+async function hmacKeys(env) {
+  keys ??= await Promise.all(
+    env.EDGE_SECRET.split(",").map((s) => {
+      const raw = Uint8Array.from(atob(s.trim().replace(/^whsec_/, "")), (c) => c.charCodeAt(0));
+      return crypto.subtle.importKey("raw", raw, { name: "HMAC", hash: "SHA-256" }, false, ["verify"]);
+    }),
+  );
+  return keys;
+}
+
+export default {
+  async fetch(req, env) {
+    const h = req.headers;
+    const hop = ["edgehook-hop-v1", h.get("edgehook-delivery-id"), h.get("edgehook-subscriber-id"),
+      h.get("edgehook-event-type"), h.get("edgehook-coalesce-key") ?? "", h.get("edgehook-attempt"),
+      h.get("edgehook-timestamp"), ""].join("\n");
+    const body = new Uint8Array(await req.arrayBuffer());
+    const signed = new Uint8Array([...enc.encode(hop), ...body]);
+    const sig = Uint8Array.from(atob(h.get("edgehook-signature").slice(3)), (c) => c.charCodeAt(0));
+    let ok = false;
+    for (const k of await hmacKeys(env)) ok ||= await crypto.subtle.verify("HMAC", k, sig, signed);
+    if (!ok) return new Response("bad signature", { status: 401 });
+    const rec = JSON.parse(await env.SUBSCRIBERS.get("sub:" + h.get("edgehook-subscriber-id")));
+    const dedupKey = "d:" + h.get("edgehook-delivery-id");
+    if ((await env.DEDUP.get(dedupKey)) !== null) return new Response("", { status: 200 });
+    const fwd = new Headers(h);
+    for (const k of [...fwd.keys()]) if (k.startsWith("edgehook-")) fwd.delete(k);
+    const abort = new AbortController();
+    const timer = setTimeout(() => abort.abort(), rec.timeout_ms);
+    const start = Date.now();
+    const res = await fetch(rec.url, { method: "POST", headers: fwd, body, redirect: "manual", signal: abort.signal });
+    const excerpt = (await res.text()).slice(0, 2048);
+    clearTimeout(timer);
+    if (res.ok) await env.DEDUP.put(dedupKey, String(start), { expirationTtl: Number(env.DEDUP_TTL_SECONDS) });
+    return new Response(excerpt, {
+      status: res.status,
+      headers: { "Edgehook-Outcome": "forwarded", "Edgehook-Upstream-Latency-Ms": String(Date.now() - start) },
+    });
+  },
+};

@@ -24,7 +24,7 @@ func init() {
 timeout, extra headers, coalescing rule and whether it is active. The records carry no secrets.
 Load them with:
 
-  npx wrangler kv bulk put --binding SUBSCRIBERS subscribers.json`,
+  npx wrangler kv bulk put subscribers.json --binding SUBSCRIBERS --remote`,
 		Example: `  edgehook edge export-kv --out subscribers.json`,
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -35,7 +35,7 @@ npm-deps: node_modules/.package-lock.json
 test-edge: npm-deps
 	$(GO) test -race -count=1 ./edge/relay/... ./edge/conformance/...
 	$(MAKE) --no-print-directory worker
-	$(NODE) --test edge/workerd/
+	GO=$(GO) $(NODE) --test edge/workerd/
 	$(NPX) wrangler deploy --dry-run --outdir build/wrangler-dry-run
 
 # Requests/s of the Go Worker against a plain JS Worker doing the same KV and fetch work, same run

@@ -1,0 +1,282 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgehook/edgehook/edge/relay"
+	"github.com/edgehook/edgehook/edge/relay/memkv"
+	"github.com/edgehook/edgehook/shared/signature"
+	"github.com/edgehook/edgehook/shared/wire"
+)
+
+var now = time.Unix(1_800_000_000, 0)
+
+type fixedClock struct{}
+
+func (fixedClock) Now() time.Time { return now }
+
+// faultyKV fails the operations whose key has a given prefix, and otherwise delegates.
+type faultyKV struct {
+	relay.KV
+	failGet, failPut string
+}
+
+func (k faultyKV) Get(ctx context.Context, key string) (string, bool, error) {
+	if k.failGet != "" && strings.HasPrefix(key, k.failGet) {
+		return "", false, errors.New("kv down")
+	}
+	return k.KV.Get(ctx, key)
+}
+
+func (k faultyKV) Put(ctx context.Context, key, value string, ttl time.Duration) error {
+	if k.failPut != "" && strings.HasPrefix(key, k.failPut) {
+		return errors.New("kv full")
+	}
+	return k.KV.Put(ctx, key, value, ttl)
+}
+
+// upstreamFunc is a relay.Upstream made of a function.
+type upstreamFunc func(*relay.UpstreamRequest) (*relay.UpstreamResponse, error)
+
+func (f upstreamFunc) Do(_ context.Context, r *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
+	return f(r)
+}
+
+func ok200(*relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
+	return &relay.UpstreamResponse{Status: 200, Header: relay.Header{}}, nil
+}
+
+func secret(t *testing.T) signature.Secret {
+	t.Helper()
+	s, err := signature.ParseSecret("whsec_" + strings.Repeat("AQID", 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// fixture is a relay over in-memory KV holding subscriber "sub_a", with hooks for faults.
+type fixture struct {
+	subs, dedup *memkv.Store
+	secret      signature.Secret
+}
+
+func newFixture(t *testing.T, record string) *fixture {
+	f := &fixture{subs: memkv.New(fixedClock{}), dedup: memkv.New(fixedClock{}), secret: secret(t)}
+	_ = f.subs.Put(context.Background(), wire.SubscriberKey("sub_a"), record, 0)
+	return f
+}
+
+func (f *fixture) relay(t *testing.T, subs, dedup relay.KV, up relay.Upstream) *relay.Relay {
+	t.Helper()
+	r, err := relay.New(relay.Config{Secrets: []signature.Secret{f.secret}, Tolerance: time.Minute, DedupTTL: time.Hour, MaxBody: 1024},
+		relay.Deps{Subscribers: subs, Dedup: dedup, Upstream: up, Clock: fixedClock{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (f *fixture) request(coalesceKey string, extra map[string]string) *relay.Request {
+	body := []byte(`{"a":1}`)
+	h := relay.Header{}
+	for k, v := range extra {
+		h.Set(k, v)
+	}
+	signature.SetHopHeaders(h, []signature.Secret{f.secret}, &signature.Hop{
+		DeliveryID: "del_1", SubscriberID: "sub_a", EventType: "video.trending", CoalesceKey: coalesceKey,
+		Attempt: 1, Timestamp: now.Unix(),
+	}, body)
+	return &relay.Request{Method: "POST", Header: h, Body: body}
+}
+
+const plainRecord = `{"url":"http://127.0.0.1:1/h","timeout_ms":1000,"active":true,"headers":{"X-Token":"t"}}`
+const coalesceRecord = `{"url":"http://127.0.0.1:1/h","timeout_ms":1000,"active":true,
+  "coalesce":{"event_types":["video.*"],"key":"id","window_seconds":30}}`
+
+func TestKVReadFailureIsRetryable(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, record, failGet, coalesceKey string
+		inSubs                             bool
+	}{
+		{"subscriber record", plainRecord, "sub:", "", true},
+		{"dedup mark", plainRecord, "d:", "", false},
+		{"coalesce mark", coalesceRecord, "c:", "k1", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, tc.record)
+			var subs, dedup relay.KV = f.subs, f.dedup
+			if tc.inSubs {
+				subs = faultyKV{KV: f.subs, failGet: tc.failGet}
+			} else {
+				dedup = faultyKV{KV: f.dedup, failGet: tc.failGet}
+			}
+			called := false
+			resp := f.relay(t, subs, dedup, upstreamFunc(func(r *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
+				called = true
+				return ok200(r)
+			})).Handle(context.Background(), f.request(tc.coalesceKey, nil))
+			if resp.Status != 503 || resp.Header.Get(wire.HeaderOutcome) != "rejected:"+relay.ReasonKVUnavailable || called {
+				t.Fatalf("got %d %q (forwarded %v), want 503 rejected:%s without forwarding", resp.Status, resp.Header.Get(wire.HeaderOutcome), called, relay.ReasonKVUnavailable)
+			}
+			if !strings.Contains(resp.Detail, "kv down") {
+				t.Errorf("detail %q does not carry the KV error", resp.Detail)
+			}
+		})
+	}
+}
+
+func TestFailedMarkWriteKeepsTheSubscribersAnswer(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, coalesceRecord)
+	dedup := faultyKV{KV: f.dedup, failPut: "d:"}
+	resp := f.relay(t, f.subs, dedup, upstreamFunc(ok200)).Handle(context.Background(), f.request("k1", nil))
+	if resp.Status != 200 || resp.Header.Get(wire.HeaderOutcome) != string(wire.OutcomeForwarded) {
+		t.Fatalf("got %d %q, want 200 forwarded", resp.Status, resp.Header.Get(wire.HeaderOutcome))
+	}
+	if !strings.Contains(resp.Detail, "write d:del_1: kv full") {
+		t.Errorf("detail %q does not name the failed write", resp.Detail)
+	}
+	if _, _, found := f.dedup.Lookup(wire.CoalesceKey("sub_a", "k1")); !found {
+		t.Error("the coalesce mark was not written although only the dedup write failed")
+	}
+}
+
+func TestForwardedHeaders(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, plainRecord)
+	var got relay.Header
+	r := f.relay(t, f.subs, f.dedup, upstreamFunc(func(req *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
+		got = req.Header
+		return ok200(req)
+	}))
+	r.Handle(context.Background(), f.request("", map[string]string{
+		"Webhook-Id": "evt_1", "Content-Type": "application/json", "X-VVV-Signature": "sha256=ab",
+		"Host": "edge.example", "Content-Length": "7", "Connection": "keep-alive", "CF-Connecting-IP": "192.0.2.1",
+		"X-Forwarded-For": "192.0.2.1", "X-Real-IP": "192.0.2.1", "Edgehook-Unknown": "x", "X-Token": "from-origin",
+	}))
+	want := relay.Header{"webhook-id": "evt_1", "content-type": "application/json", "x-vvv-signature": "sha256=ab", "x-token": "t"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("forwarded %v, want %v", got, want)
+	}
+}
+
+func TestUnparsableCoalesceMarkForwards(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, coalesceRecord)
+	key := wire.CoalesceKey("sub_a", "k1")
+	_ = f.dedup.Put(context.Background(), key, "not-a-time", 0)
+	resp := f.relay(t, f.subs, f.dedup, upstreamFunc(ok200)).Handle(context.Background(), f.request("k1", nil))
+	if resp.Header.Get(wire.HeaderOutcome) != string(wire.OutcomeForwarded) {
+		t.Fatalf("outcome %q, want forwarded", resp.Header.Get(wire.HeaderOutcome))
+	}
+	if v, exp, _ := f.dedup.Lookup(key); v != fmt.Sprint(now.UnixMilli()) || !exp.Equal(now.Add(relay.MinKVTTL)) {
+		t.Errorf("mark %q expiring %v, want %d expiring %v", v, exp, now.UnixMilli(), now.Add(relay.MinKVTTL))
+	}
+}
+
+func TestUpstreamErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err     error
+		status  int
+		outcome wire.Outcome
+	}{
+		{fmt.Errorf("x: %w", relay.ErrUpstreamTimeout), 504, wire.OutcomeUpstreamTimeout},
+		{context.DeadlineExceeded, 504, wire.OutcomeUpstreamTimeout},
+		{errors.New("connection refused"), 502, wire.OutcomeUpstreamUnreachable},
+	} {
+		f := newFixture(t, plainRecord)
+		resp := f.relay(t, f.subs, f.dedup, upstreamFunc(func(*relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
+			return nil, tc.err
+		})).Handle(context.Background(), f.request("", nil))
+		if resp.Status != tc.status || resp.Header.Get(wire.HeaderOutcome) != string(tc.outcome) {
+			t.Errorf("%v: got %d %q, want %d %q", tc.err, resp.Status, resp.Header.Get(wire.HeaderOutcome), tc.status, tc.outcome)
+		}
+		if _, _, found := f.dedup.Lookup(wire.DedupKey("del_1")); found {
+			t.Errorf("%v: dedup mark written", tc.err)
+		}
+	}
+}
+
+func TestNewRefusesMissingDeps(t *testing.T) {
+	t.Parallel()
+	cfg := relay.Config{Secrets: []signature.Secret{secret(t)}, Tolerance: time.Minute, DedupTTL: time.Hour, MaxBody: 1}
+	kv := memkv.New(fixedClock{})
+	full := relay.Deps{Subscribers: kv, Dedup: kv, Upstream: upstreamFunc(ok200), Clock: fixedClock{}}
+	for name, mutate := range map[string]func(*relay.Deps){
+		"Subscribers": func(d *relay.Deps) { d.Subscribers = nil },
+		"Dedup":       func(d *relay.Deps) { d.Dedup = nil },
+		"Upstream":    func(d *relay.Deps) { d.Upstream = nil },
+		"Clock":       func(d *relay.Deps) { d.Clock = nil },
+	} {
+		d := full
+		mutate(&d)
+		if _, err := relay.New(cfg, d); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("nil %s: error %v, want one naming it", name, err)
+		}
+	}
+	if _, err := relay.New(cfg, full); err != nil {
+		t.Errorf("complete deps: %v", err)
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	t.Parallel()
+	sec := secret(t).String()
+	env := func(kv ...string) func(string) string {
+		m := map[string]string{}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return func(k string) string { return m[k] }
+	}
+	cfg, err := relay.ParseConfig(env(relay.EnvSecret, sec+", "+sec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Secrets) != 2 || cfg.Tolerance != relay.DefaultTolerance || cfg.DedupTTL != relay.DefaultDedupTTL || cfg.MaxBody != relay.DefaultMaxBody {
+		t.Errorf("defaults: %+v", cfg)
+	}
+	cfg, err = relay.ParseConfig(env(relay.EnvSecret, sec, relay.EnvTolerance, "30", relay.EnvDedupTTL, "60", relay.EnvMaxBody, "10"))
+	if err != nil || cfg.Tolerance != 30*time.Second || cfg.DedupTTL != time.Minute || cfg.MaxBody != 10 {
+		t.Errorf("explicit: %+v, %v", cfg, err)
+	}
+	for _, tc := range []struct {
+		env  []string
+		name string
+	}{
+		{nil, relay.EnvSecret},
+		{[]string{relay.EnvSecret, "whsec_short"}, relay.EnvSecret},
+		{[]string{relay.EnvSecret, sec, relay.EnvTolerance, "soon"}, relay.EnvTolerance},
+		{[]string{relay.EnvSecret, sec, relay.EnvTolerance, "0"}, relay.EnvTolerance},
+		{[]string{relay.EnvSecret, sec, relay.EnvDedupTTL, "59"}, relay.EnvDedupTTL},
+		{[]string{relay.EnvSecret, sec, relay.EnvDedupTTL, "99999999999999"}, relay.EnvDedupTTL},
+		{[]string{relay.EnvSecret, sec, relay.EnvMaxBody, "0"}, relay.EnvMaxBody},
+		{[]string{relay.EnvSecret, sec, relay.EnvMaxBody, "-1"}, relay.EnvMaxBody},
+	} {
+		if _, err := relay.ParseConfig(env(tc.env...)); err == nil || !strings.HasPrefix(err.Error(), tc.name+":") {
+			t.Errorf("%v: error %v, want one starting with %s", tc.env, err, tc.name)
+		}
+	}
+}
+
+func TestHeaderIsCaseInsensitive(t *testing.T) {
+	t.Parallel()
+	h := relay.Header{}
+	h.Set("Retry-After", "5")
+	if h.Get("retry-after") != "5" || h.Get("RETRY-AFTER") != "5" || len(h) != 1 {
+		t.Errorf("header %v", h)
+	}
+	h.Del("rEtry-after")
+	if len(h) != 0 {
+		t.Errorf("after Del: %v", h)
+	}
+}

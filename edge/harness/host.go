@@ -211,7 +211,9 @@ func (h *Host) Handle(ctx context.Context, req *relay.Request) *relay.Response {
 // leaves *in nil.
 func (h *Host) call(ctx context.Context, in **instance, req *relay.Request) (*relay.Response, error) {
 	if *in == nil {
-		created, err := h.instantiate(ctx)
+		// Not bound by the call's deadline: _initialize of a Go module takes a while on a busy
+		// machine, and a half-made instance helps nobody.
+		created, err := h.instantiate(context.WithoutCancel(ctx))
 		if err != nil {
 			return nil, err
 		}

@@ -37,6 +37,7 @@ func NewHandler(r Relay, maxBody int64, log *slog.Logger) http.Handler {
 			log.Info("edge", "status", resp.Status, "outcome", resp.Header.Get(wire.HeaderOutcome), "detail", resp.Detail)
 		}
 		h := w.Header()
+		h["Content-Type"] = nil // no sniffed type: like the Worker, send only what the relay set
 		for name, value := range resp.Header {
 			h.Set(name, value)
 		}

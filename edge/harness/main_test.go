@@ -20,24 +20,29 @@ import (
 	"github.com/edgehook/edgehook/shared/wire"
 )
 
-// Built once per test binary, with a compilation cache of its own.
-var wasmPath, cacheDir string
+// The module is built once per test binary into tmpDir.
+var tmpDir, wasmPath, cacheDir string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "edgehook-harness-test-")
-	if err != nil {
+	var err error
+	if tmpDir, err = os.MkdirTemp("", "edgehook-harness-test-"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	cacheDir = dir + "/cache"
-	wasmPath, err = harnesstest.BuildWASM(dir, harnesstest.HostMACTag)
+	// The user's cache, shared across runs: under -race a first compile takes about a minute.
+	cacheDir = harness.CacheDir()
+	wasmPath, err = harnesstest.BuildWASM(tmpDir, harnesstest.HostMACTag)
 	code := 1
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	} else {
 		code = runVerified(m)
 	}
-	os.RemoveAll(dir)
+	if err := writeBenchReport(os.Getenv("EDGEHOOK_BENCH_OUT")); err != nil {
+		fmt.Fprintln(os.Stderr, "bench report:", err)
+		code = 1
+	}
+	os.RemoveAll(tmpDir)
 	os.Exit(code)
 }
 

@@ -60,12 +60,15 @@ func checkTimestamp(timestamp string, now time.Time, tolerance time.Duration) er
 	if err != nil || ts < 0 {
 		return fmt.Errorf("%w: timestamp %q is not unix seconds", ErrMalformed, timestamp)
 	}
-	diff := now.Unix() - ts
-	if diff < 0 {
-		diff = -diff
+	// |now - ts| in uint64, which cannot overflow for any pair of int64 values.
+	n, diff, when := now.Unix(), uint64(0), "ahead of"
+	if ts > n {
+		diff = uint64(ts) - uint64(n)
+	} else {
+		diff, when = uint64(n)-uint64(ts), "behind"
 	}
-	if tolerance < 0 || diff > int64(tolerance/time.Second) {
-		return fmt.Errorf("%w: %s is %ds from now, tolerance %s", ErrTimestamp, timestamp, now.Unix()-ts, tolerance)
+	if tolerance < 0 || diff > uint64(tolerance/time.Second) {
+		return fmt.Errorf("%w: %s is %ds %s the clock, tolerance %s", ErrTimestamp, timestamp, diff, when, tolerance)
 	}
 	return nil
 }

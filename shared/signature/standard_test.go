@@ -3,6 +3,7 @@ package signature_test
 import (
 	"encoding/base64"
 	"errors"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -94,6 +95,8 @@ func TestVerify(t *testing.T) {
 		{name: "a day old", secrets: []signature.Secret{ref}, sig: refSignature, now: now.Add(24 * time.Hour), want: signature.ErrTimestamp},
 		{name: "stale even with a wrong secret: timestamp first", secrets: []signature.Secret{other}, sig: refSignature, now: now.Add(time.Hour), want: signature.ErrTimestamp},
 		{name: "negative tolerance", secrets: []signature.Secret{ref}, sig: refSignature, tolerance: -time.Second, want: signature.ErrTimestamp},
+		{name: "clock at the far negative end", secrets: []signature.Secret{ref}, sig: refSignature, now: time.Unix(math.MinInt64+refTimestamp, 0), want: signature.ErrTimestamp},
+		{name: "largest timestamp", secrets: []signature.Secret{ref}, ts: strconv.FormatInt(math.MaxInt64, 10), sig: refSignature, want: signature.ErrTimestamp},
 
 		{name: "missing id", secrets: []signature.Secret{ref}, id: "-", sig: refSignature, want: signature.ErrMissing},
 		{name: "missing timestamp", secrets: []signature.Secret{ref}, ts: "-", sig: refSignature, want: signature.ErrMissing},

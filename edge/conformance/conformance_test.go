@@ -2,6 +2,7 @@ package conformance_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,40 +58,48 @@ func TestNative(t *testing.T) {
 		t.Fatal(err)
 	}
 	upstream := httpupstream.New(nil)
-	for _, sc := range suite.Scenarios {
-		t.Run(sc.Name, func(t *testing.T) {
-			clk := &clock{now: time.Unix(1_800_000_000, 0)}
-			subs, dedup := memkv.New(clk), memkv.New(clk)
-			ctx := context.Background()
-			for id, seed := range sc.Subscribers {
-				_ = subs.Put(ctx, "sub:"+id, conformance.SubscriberValue(seed, sub.URL(), down), 0)
-			}
-			for _, kv := range sc.Dedup {
-				v := kv.Value
-				if kv.NowOffsetMS != nil {
-					v = strconv.FormatInt(clk.Now().UnixMilli()+*kv.NowOffsetMS, 10)
-				}
-				_ = dedup.Put(ctx, kv.Key, v, 0)
-			}
-			r, err := relay.New(cfg, relay.Deps{Subscribers: subs, Dedup: dedup, Upstream: upstream, Clock: clk})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, st := range sc.Steps {
-				b, err := suite.Build(&st.Request, clk.Now())
-				if err != nil {
-					t.Fatalf("step %d: %v", i+1, err)
-				}
-				sub.Script(st.Upstream)
-				resp := r.Handle(ctx, &relay.Request{Method: b.Method, Header: relay.Header(b.Header), Body: b.Body})
-				obs := &conformance.Observed{
-					Status: resp.Status, Header: resp.Header, Body: resp.Body, Received: sub.Received(),
-					SentBody: b.Body, WrittenAt: clk.Now(), Dedup: dedup,
-				}
-				if errs := conformance.Check(&st.Expect, obs); len(errs) > 0 {
-					t.Errorf("step %d (%s):\n  %s", i+1, resp.Detail, strings.Join(errs, "\n  "))
-				}
-			}
-		})
+	for _, concurrent := range []bool{false, true} {
+		for _, sc := range suite.Scenarios {
+			t.Run(fmt.Sprintf("%s/concurrentKV=%v", sc.Name, concurrent), func(t *testing.T) {
+				runNative(t, suite, &sc, cfg, concurrent, sub, down, upstream)
+			})
+		}
+	}
+}
+
+// runNative runs one scenario on a fresh relay and fresh KV.
+func runNative(t *testing.T, suite *conformance.Suite, sc *conformance.Scenario, cfg relay.Config, concurrentKV bool,
+	sub *conformance.Subscriber, down string, upstream relay.Upstream) {
+	clk := &clock{now: time.Unix(1_800_000_000, 0)}
+	subs, dedup := memkv.New(clk), memkv.New(clk)
+	ctx := context.Background()
+	for id, seed := range sc.Subscribers {
+		_ = subs.Put(ctx, "sub:"+id, conformance.SubscriberValue(seed, sub.URL(), down), 0)
+	}
+	for _, kv := range sc.Dedup {
+		v := kv.Value
+		if kv.NowOffsetMS != nil {
+			v = strconv.FormatInt(clk.Now().UnixMilli()+*kv.NowOffsetMS, 10)
+		}
+		_ = dedup.Put(ctx, kv.Key, v, 0)
+	}
+	r, err := relay.New(cfg, relay.Deps{Subscribers: subs, Dedup: dedup, Upstream: upstream, Clock: clk, ConcurrentKV: concurrentKV})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, st := range sc.Steps {
+		b, err := suite.Build(&st.Request, clk.Now())
+		if err != nil {
+			t.Fatalf("step %d: %v", i+1, err)
+		}
+		sub.Script(st.Upstream)
+		resp := r.Handle(ctx, &relay.Request{Method: b.Method, Header: relay.Header(b.Header), Body: b.Body})
+		obs := &conformance.Observed{
+			Status: resp.Status, Header: resp.Header, Body: resp.Body, Received: sub.Received(),
+			SentBody: b.Body, WrittenAt: clk.Now(), Dedup: dedup,
+		}
+		if errs := conformance.Check(&st.Expect, obs); len(errs) > 0 {
+			t.Errorf("step %d (%s):\n  %s", i+1, resp.Detail, strings.Join(errs, "\n  "))
+		}
 	}
 }

@@ -113,6 +113,10 @@ type Deps struct {
 	Dedup    KV
 	Upstream Upstream
 	Clock    Clock
+	// ConcurrentKV says the runtime's KV calls can overlap (the Worker's promises do): the relay
+	// then reads a request's keys at once, on goroutines. Leave it false where a KV call blocks the
+	// only thread (the WASI module), and the reads run one after another.
+	ConcurrentKV bool
 }
 
 // ReadBody reads at most max+1 bytes of r, enough for Handle to tell an oversize body.

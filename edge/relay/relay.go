@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/edgehook/edgehook/shared/signature"
@@ -19,8 +20,9 @@ const ReasonKVUnavailable = "kv_unavailable"
 // Relay handles requests from the origin. It keeps no per-request state, so one Relay serves
 // concurrent requests.
 type Relay struct {
-	cfg  Config
-	deps Deps
+	cfg     Config
+	deps    Deps
+	records recordCache
 }
 
 // New returns a Relay, or an error naming the first wrong setting or missing dependency.
@@ -74,57 +76,85 @@ func (r *Relay) Handle(ctx context.Context, req *Request) *Response {
 		}
 		return Reject(401, wire.ReasonBadSignature, "hop signature: %v (is %s the origin's edge secret?)", err, EnvSecret)
 	}
-	rec, resp := r.subscriber(ctx, hop.SubscriberID)
+	subKey, dedupKey, markKey := wire.SubscriberKey(hop.SubscriberID), wire.DedupKey(hop.DeliveryID), ""
+	reads := []kvRead{{kv: r.deps.Subscribers, key: subKey}, {kv: r.deps.Dedup, key: dedupKey}}
+	if hop.CoalesceKey != "" { // read now; used only if the record makes this type coalescible
+		markKey = wire.CoalesceKey(hop.SubscriberID, hop.CoalesceKey)
+		reads = append(reads, kvRead{kv: r.deps.Dedup, key: markKey})
+	}
+	r.read(ctx, reads)
+	rec, resp := r.subscriber(&reads[0])
 	if resp != nil {
 		return resp
 	}
-	dedupKey := wire.DedupKey(hop.DeliveryID)
-	if _, found, err := r.deps.Dedup.Get(ctx, dedupKey); err != nil {
-		return Reject(503, ReasonKVUnavailable, "read %s: %v", dedupKey, err)
-	} else if found {
+	if d := &reads[1]; d.err != nil {
+		return Reject(503, ReasonKVUnavailable, "read %s: %v", dedupKey, d.err)
+	} else if d.found {
 		return answer(200, wire.OutcomeDuplicate, "delivery %s was already acknowledged by the subscriber", hop.DeliveryID)
 	}
 	coalesceKey := ""
-	if c := rec.Coalesce; c != nil && hop.CoalesceKey != "" && c.Applies(hop.EventType) {
-		coalesceKey = wire.CoalesceKey(hop.SubscriberID, hop.CoalesceKey)
-		if resp := r.coalesced(ctx, coalesceKey, c.Window()); resp != nil {
+	if c := rec.Coalesce; c != nil && markKey != "" && c.Applies(hop.EventType) {
+		coalesceKey = markKey
+		if resp := r.coalesced(&reads[2], c.Window()); resp != nil {
 			return resp
 		}
 	}
 	return r.forward(ctx, req, hop, rec, dedupKey, coalesceKey)
 }
 
-// subscriber loads and decodes the subscriber's record, or returns the rejection.
-func (r *Relay) subscriber(ctx context.Context, id string) (*wire.SubscriberRecord, *Response) {
-	key := wire.SubscriberKey(id)
-	raw, found, err := r.deps.Subscribers.Get(ctx, key)
-	if err != nil {
-		return nil, Reject(503, ReasonKVUnavailable, "read %s: %v", key, err)
+// kvRead is one KV read of a request and its result.
+type kvRead struct {
+	kv    KV
+	key   string
+	value string
+	found bool
+	err   error
+}
+
+// read performs the reads, all at once when the runtime's KV calls can overlap (Deps.ConcurrentKV),
+// and returns when every one has finished, so none outlives the request.
+func (r *Relay) read(ctx context.Context, reads []kvRead) {
+	if !r.deps.ConcurrentKV {
+		for i := range reads {
+			reads[i].value, reads[i].found, reads[i].err = reads[i].kv.Get(ctx, reads[i].key)
+		}
+		return
 	}
-	if !found {
-		return nil, Reject(404, wire.ReasonUnknownSubscriber, "no KV record %s", key)
+	var wg sync.WaitGroup
+	for i := range reads {
+		wg.Go(func() { reads[i].value, reads[i].found, reads[i].err = reads[i].kv.Get(ctx, reads[i].key) })
 	}
-	rec, err := wire.DecodeSubscriberRecord([]byte(raw))
+	wg.Wait()
+}
+
+// subscriber decodes the subscriber's record, or returns the rejection.
+func (r *Relay) subscriber(read *kvRead) (*wire.SubscriberRecord, *Response) {
+	if read.err != nil {
+		return nil, Reject(503, ReasonKVUnavailable, "read %s: %v", read.key, read.err)
+	}
+	if !read.found {
+		return nil, Reject(404, wire.ReasonUnknownSubscriber, "no KV record %s", read.key)
+	}
+	rec, err := r.records.decode(read.value)
 	if err != nil {
 		// An operator error: the record was written by hand or by another version.
-		return nil, Reject(500, wire.ReasonBadRecord, "KV record %s does not decode: %v", key, err)
+		return nil, Reject(500, wire.ReasonBadRecord, "KV record %s does not decode: %v", read.key, err)
 	}
 	if !rec.Active {
-		return nil, Reject(404, wire.ReasonUnknownSubscriber, "KV record %s is inactive", key)
+		return nil, Reject(404, wire.ReasonUnknownSubscriber, "KV record %s is inactive", read.key)
 	}
 	return rec, nil
 }
 
-// coalesced answers 429 coalesced when key was forwarded less than window ago.
-func (r *Relay) coalesced(ctx context.Context, key string, window time.Duration) *Response {
-	v, found, err := r.deps.Dedup.Get(ctx, key)
-	if err != nil {
-		return Reject(503, ReasonKVUnavailable, "read %s: %v", key, err)
+// coalesced answers 429 coalesced when the mark says the key was forwarded less than window ago.
+func (r *Relay) coalesced(mark *kvRead, window time.Duration) *Response {
+	if mark.err != nil {
+		return Reject(503, ReasonKVUnavailable, "read %s: %v", mark.key, mark.err)
 	}
-	if !found {
+	if !mark.found {
 		return nil
 	}
-	ms, err := strconv.ParseInt(v, 10, 64)
+	ms, err := strconv.ParseInt(mark.value, 10, 64)
 	if err != nil {
 		return nil // a mark this relay did not write: forward rather than hold the key back forever
 	}
@@ -133,7 +163,7 @@ func (r *Relay) coalesced(ctx context.Context, key string, window time.Duration)
 		return nil
 	}
 	secs := int64((left + time.Second - 1) / time.Second)
-	resp := answer(429, wire.OutcomeCoalesced, "%s was forwarded less than %s ago; retry in %ds", key, window, secs)
+	resp := answer(429, wire.OutcomeCoalesced, "%s was forwarded less than %s ago; retry in %ds", mark.key, window, secs)
 	resp.Header.Set(wire.HeaderRetryAfter, strconv.FormatInt(secs, 10))
 	return resp
 }

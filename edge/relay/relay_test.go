@@ -280,3 +280,17 @@ func TestHeaderIsCaseInsensitive(t *testing.T) {
 		t.Errorf("after Del: %v", h)
 	}
 }
+
+// The decoded-record cache is keyed by the exact KV value, so an updated record takes effect.
+func TestUpdatedRecordTakesEffect(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, plainRecord)
+	r := f.relay(t, f.subs, forgetfulKV{}, upstreamFunc(ok200))
+	if resp := r.Handle(context.Background(), f.request("", nil)); resp.Status != 200 {
+		t.Fatalf("active: %d %s", resp.Status, resp.Detail)
+	}
+	_ = f.subs.Put(context.Background(), wire.SubscriberKey("sub_a"), strings.Replace(plainRecord, `"active":true`, `"active":false`, 1), 0)
+	if resp := r.Handle(context.Background(), f.request("", nil)); resp.Status != 404 {
+		t.Fatalf("after deactivation: %d %s, want 404", resp.Status, resp.Detail)
+	}
+}

@@ -28,9 +28,11 @@ export default {
     let ok = false;
     for (const k of await hmacKeys(env)) ok ||= await crypto.subtle.verify("HMAC", k, sig, signed);
     if (!ok) return new Response("bad signature", { status: 401 });
-    const rec = JSON.parse(await env.SUBSCRIBERS.get("sub:" + h.get("edgehook-subscriber-id")));
     const dedupKey = "d:" + h.get("edgehook-delivery-id");
-    if ((await env.DEDUP.get(dedupKey)) !== null) return new Response("", { status: 200 });
+    // Both reads at once, as the Go relay does.
+    const [raw, mark] = await Promise.all([env.SUBSCRIBERS.get("sub:" + h.get("edgehook-subscriber-id")), env.DEDUP.get(dedupKey)]);
+    const rec = JSON.parse(raw);
+    if (mark !== null) return new Response("", { status: 200 });
     const fwd = new Headers(h);
     for (const k of [...fwd.keys()]) if (k.startsWith("edgehook-")) fwd.delete(k);
     const abort = new AbortController();

@@ -40,6 +40,11 @@ export function startWorker(vars) {
     kvNamespaces: ["SUBSCRIBERS", "DEDUP"],
     bindings: vars,
     cf: false,
+    // The Worker logs each rejection (console.log, for `wrangler tail`); the tests check bodies.
+    handleRuntimeStdio(stdout, stderr) {
+      stdout.resume();
+      stderr.resume();
+    },
   });
 }
 

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"syscall/js"
 
@@ -52,20 +53,30 @@ func doFetch(signal js.Value, req *relay.UpstreamRequest) (*relay.UpstreamRespon
 		return nil, err
 	}
 	out := &relay.UpstreamResponse{Status: res.Get("status").Int(), Header: relay.Header{}}
-	each := js.FuncOf(func(_ js.Value, args []js.Value) any { // (value, name)
-		out.Header.Set(args[1].String(), args[0].String())
-		return nil
-	})
-	res.Get("headers").Call("forEach", each)
-	each.Release()
-	out.Body, err = readExcerpt(res.Get("body"))
+	entries := jsArray.Call("from", res.Get("headers")) // [[name, value], ...]
+	for i, n := 0, entries.Length(); i < n; i++ {
+		e := entries.Index(i)
+		out.Header[e.Index(0).String()] = e.Index(1).String()
+	}
+	out.Body, err = readExcerpt(res)
 	return out, err
 }
 
-// readExcerpt reads at most wire.MaxExcerptBytes of a response body stream, then cancels the rest.
-func readExcerpt(stream js.Value) ([]byte, error) {
+// readExcerpt reads at most wire.MaxExcerptBytes of a response body: in one go when the
+// subscriber declared a length that fits, else from the stream, cancelling the rest.
+func readExcerpt(res js.Value) ([]byte, error) {
+	stream := res.Get("body")
 	if stream.IsNull() {
 		return nil, nil
+	}
+	if n, err := strconv.Atoi(res.Get("headers").Call("get", "content-length").String()); err == nil && n <= wire.MaxExcerptBytes {
+		buf, err := await(res.Call("arrayBuffer"))
+		if err != nil {
+			return nil, err
+		}
+		out := make([]byte, min(buf.Get("byteLength").Int(), wire.MaxExcerptBytes))
+		js.CopyBytesToGo(out, jsUint8Array.New(buf))
+		return out, nil
 	}
 	reader := stream.Call("getReader")
 	var out []byte

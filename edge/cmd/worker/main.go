@@ -62,6 +62,8 @@ func newHandler() *handler {
 		Dedup:       kvStore{dedup},
 		Upstream:    fetchUpstream{},
 		Clock:       relay.SystemClock{},
+		// KV calls are promises: a request's reads overlap, each awaited by its own goroutine.
+		ConcurrentKV: true,
 	})
 	return &handler{relay: r, err: err}
 }

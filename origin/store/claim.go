@@ -3,9 +3,9 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"math"
-	"strings"
 	"time"
 )
 
@@ -249,14 +249,16 @@ func (s *Store) completeClaims(ctx context.Context, tx *sql.Tx, rows []claimedRo
 		probes[c.id] = c.probe
 	}
 	events := map[int64]*Event{}
-	args := make([]any, 0, len(rows))
+	seqs := make([]int64, 0, len(rows))
 	for _, r := range rows {
 		if _, ok := events[r.eventSeq]; !ok {
 			events[r.eventSeq] = nil
-			args = append(args, r.eventSeq)
+			seqs = append(seqs, r.eventSeq)
 		}
 	}
-	q, err := tx.QueryContext(ctx, `SELECT seq, id, type, body, coalesce_key, created_at FROM events WHERE seq IN (`+placeholders(len(args))+`)`, args...)
+	list, _ := json.Marshal(seqs)
+	// One statement text for any number of events (a JSON array), so it is prepared once.
+	q, err := tx.QueryContext(ctx, `SELECT seq, id, type, body, coalesce_key, created_at FROM events WHERE seq IN (SELECT value FROM json_each(?))`, string(list))
 	if err != nil {
 		return nil, err
 	}
@@ -284,8 +286,4 @@ func (s *Store) completeClaims(ctx context.Context, tx *sql.Tx, rows []claimedRo
 			LeaseExpires: fromMS(leaseUntil)})
 	}
 	return out, nil
-}
-
-func placeholders(n int) string {
-	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
 }

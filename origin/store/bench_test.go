@@ -1,0 +1,73 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// BenchmarkEmit measures emit throughput with three matching subscribers (four rows per event:
+// the event and three deliveries), few callers and with many concurrent callers (64 per CPU) sharing
+// group commits, at both synchronous settings.
+func BenchmarkEmit(b *testing.B) {
+	for _, sync := range []string{SyncNormal, SyncFull} {
+		for _, callers := range []int{1, 64} {
+			b.Run(fmt.Sprintf("sync=%s/parallelism=%d", sync, callers), func(b *testing.B) {
+				s, _ := open(b, Options{Synchronous: sync, Now: time.Now, GlobalCap: 1 << 40, BacklogCap: 1 << 40})
+				for i := range 3 {
+					mustSub(b, s, SubscriberInput{ID: fmt.Sprintf("s%d", i)})
+				}
+				var n atomic.Int64
+				body := []byte(`{"video_id":"v1","rank":3,"title":"a typical small payload of a webhook event"}`)
+				b.SetParallelism(callers)
+				b.ResetTimer()
+				start := time.Now()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						id := fmt.Sprintf("e%d", n.Add(1))
+						if _, err := s.Emit(context.Background(), EmitInput{ID: id, Type: "video.trending", Body: body}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+				secs := time.Since(start).Seconds()
+				b.ReportMetric(float64(n.Load())/secs, "events/s")
+				b.ReportMetric(float64(n.Load()*4)/secs, "rows/s")
+			})
+		}
+	}
+}
+
+// BenchmarkClaimSettle measures the queue's side of delivering: claim a batch, settle it delivered.
+func BenchmarkClaimSettle(b *testing.B) {
+	s, clk := open(b, Options{GlobalCap: 1 << 40, BacklogCap: 1 << 40})
+	for i := range 4 {
+		mustSub(b, s, SubscriberInput{ID: fmt.Sprintf("s%d", i), RatePerSec: MaxRatePerSec, Burst: MaxBurst, MaxInFlight: MaxMaxInFlight})
+	}
+	emitN(b, s, "x", b.N/4+64)
+	b.ResetTimer()
+	start := time.Now()
+	done := 0
+	for done < b.N {
+		res, err := s.Claim(context.Background(), ClaimParams{Now: clk.Now(), Limit: 64, LeaseDuration: time.Minute})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(res.Deliveries) == 0 {
+			b.Fatalf("queue ran dry after %d", done)
+		}
+		items := make([]Settlement, len(res.Deliveries))
+		for i, c := range res.Deliveries {
+			items[i] = Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: c.Subscriber.ID, Result: ResultDelivered, Status: 200,
+				Circuit: CircuitSuccess, Attempt: &Attempt{At: clk.Now(), Status: 200, Outcome: "delivered"}}
+		}
+		if _, err := s.Settle(context.Background(), clk.Now(), CircuitPolicy{Threshold: 5, BaseCooldown: time.Second, MaxCooldown: time.Minute}, items); err != nil {
+			b.Fatal(err)
+		}
+		done += len(items)
+	}
+	b.ReportMetric(float64(done)/time.Since(start).Seconds(), "deliveries/s")
+}

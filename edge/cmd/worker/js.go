@@ -4,78 +4,99 @@ package main
 
 import (
 	"errors"
+	"strings"
 	"sync"
 	"syscall/js"
-	"time"
+
+	"github.com/edgehook/edgehook/edge/relay"
 )
 
-// JS globals, looked up once. js.Global() is wasm_exec's proxy of globalThis, and workerd refuses
-// calls whose `this` is that proxy, so functions are called with Invoke.
+// io is loader.mjs's I/O object (binding.io). Each call across the JS/Go boundary costs, so the
+// loader does the marshalling in bulk and Go makes one call per promise.
+var io = js.Global().Get("context").Get("binding").Get("io")
+
+// Promises awaited by goroutines, by id. settle (called from JS) hands each its outcome.
 var (
-	global         = js.Global()
-	jsArray        = global.Get("Array")
-	jsObject       = global.Get("Object")
-	jsPromise      = global.Get("Promise")
-	jsResponse     = global.Get("Response")
-	jsHeaders      = global.Get("Headers")
-	jsUint8Array   = global.Get("Uint8Array")
-	jsAbort        = global.Get("AbortController")
-	jsFetch        = global.Get("fetch")
-	jsSetTimeout   = global.Get("setTimeout")
-	jsClearTimeout = global.Get("clearTimeout")
+	pendingMu sync.Mutex
+	pending   = map[int]chan settled{}
+	nextID    int
 )
 
-// await blocks the calling goroutine until p settles. Both callbacks are released whichever runs
-// (the library's helper leaks one per call, which a long-lived instance cannot afford). The
-// goroutine resumes inside the JS turn that settled p, that is, in the request's own context.
+type settled struct {
+	ok bool
+	v  js.Value
+}
+
+func init() {
+	io.Set("settle", js.FuncOf(func(_ js.Value, args []js.Value) any {
+		id := args[0].Int()
+		pendingMu.Lock()
+		ch := pending[id]
+		delete(pending, id)
+		pendingMu.Unlock()
+		ch <- settled{ok: args[1].Bool(), v: args[2]}
+		return nil
+	}))
+}
+
+// await blocks the calling goroutine until p settles. The goroutine resumes inside the JS turn
+// that settled p, which belongs to the request that created p.
 func await(p js.Value) (js.Value, error) {
-	type result struct {
-		v   js.Value
-		err error
+	ch := make(chan settled, 1)
+	pendingMu.Lock()
+	nextID++
+	id := nextID
+	pending[id] = ch
+	pendingMu.Unlock()
+	io.Call("await", p, id)
+	s := <-ch
+	if !s.ok {
+		return js.Value{}, errors.New(s.v.String())
 	}
-	ch := make(chan result, 1)
-	then := js.FuncOf(func(_ js.Value, args []js.Value) any {
-		ch <- result{v: args[0]}
-		return nil
-	})
-	catch := js.FuncOf(func(_ js.Value, args []js.Value) any {
-		ch <- result{err: jsError(args[0])}
-		return nil
-	})
-	p.Call("then", then, catch)
-	r := <-ch
-	then.Release()
-	catch.Release()
-	return r.v, r.err
+	return s.v, nil
 }
 
-// jsError turns a rejection reason into an error.
-func jsError(v js.Value) error {
-	if v.Type() == js.TypeObject {
-		if msg := v.Get("message"); msg.Type() == js.TypeString {
-			return errors.New(v.Get("name").String() + ": " + msg.String())
+// headerText renders headers as the loader's "name\nvalue\n…" form.
+func headerText(h relay.Header) string {
+	var b strings.Builder
+	for k, v := range h {
+		if b.Len() > 0 {
+			b.WriteByte('\n')
 		}
+		b.WriteString(k)
+		b.WriteByte('\n')
+		b.WriteString(v)
 	}
-	return errors.New(v.Call("toString").String())
+	return b.String()
 }
 
-// afterFunc calls f after d with a JS timer. Unlike a Go timer, whose single JS timeout may have
-// been scheduled during another request (and die with it), this one belongs to the request that
-// calls afterFunc. stop cancels it.
-func afterFunc(d time.Duration, f func()) (stop func()) {
-	var (
-		cb   js.Func
-		once sync.Once
-	)
-	release := func() { once.Do(cb.Release) }
-	cb = js.FuncOf(func(js.Value, []js.Value) any {
-		release()
-		f()
-		return nil
-	})
-	id := jsSetTimeout.Invoke(cb, d.Milliseconds())
-	return func() {
-		jsClearTimeout.Invoke(id)
-		release()
+// parseHeaderText reads the loader's "name\nvalue\n…" form (names lower-case, as Fetch gives).
+func parseHeaderText(s string) relay.Header {
+	h := relay.Header{}
+	for s != "" {
+		name, rest, _ := strings.Cut(s, "\n")
+		value, rest2, _ := strings.Cut(rest, "\n")
+		h[strings.ToLower(name)] = value
+		s = rest2
 	}
+	return h
 }
+
+// bytesFromJS copies at most max bytes of a Uint8Array (null gives nil).
+func bytesFromJS(v js.Value, max int64) []byte {
+	if v.IsNull() || v.IsUndefined() {
+		return nil
+	}
+	b := make([]byte, min(int64(v.Get("byteLength").Int()), max))
+	js.CopyBytesToGo(b, v)
+	return b
+}
+
+// bytesToJS returns a Uint8Array holding b.
+func bytesToJS(b []byte) js.Value {
+	v := jsUint8Array.New(len(b))
+	js.CopyBytesToJS(v, b)
+	return v
+}
+
+var jsUint8Array = js.Global().Get("Uint8Array")

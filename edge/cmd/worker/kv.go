@@ -24,7 +24,7 @@ func (s kvStore) Get(_ context.Context, key string) (string, bool, error) {
 }
 
 func (s kvStore) Put(_ context.Context, key, value string, ttl time.Duration) error {
-	opts := jsObject.New()
+	opts := js.Global().Get("Object").New()
 	opts.Set("expirationTtl", int64(ttl/time.Second))
 	_, err := await(s.ns.Call("put", key, value, opts))
 	return err

@@ -3,8 +3,13 @@
 //
 // The generated worker.mjs starts a new Go instance for every request, because the library's
 // Serve returns after one. Ours starts one instance per isolate: main() installs binding.serve,
-// calls Ready and then blocks forever, and every request goes to that instance's serve. If the
-// instance ever exits, the request in it is answered 500 and the next request starts a new one.
+// calls Ready and then blocks forever, and every request goes to that instance. If the instance
+// ever exits, the request in it is answered 500 and the next request starts a new one.
+//
+// Every crossing between JS and Go costs (a Go js.Value carries a finalizer), so the loader does
+// the marshalling in bulk: headers travel as one "name\nvalue\n…" string (a header value cannot
+// hold a newline), bodies as one Uint8Array, and the small `io` object below gives Go one call per
+// KV promise and one per subscriber fetch. All decisions stay in Go (edge/relay).
 import "./wasm_exec.js";
 import { createRuntimeContext, loadModule } from "./runtime.mjs";
 
@@ -17,13 +22,80 @@ globalThis.tryCatch = (fn) => {
   }
 };
 
-let instance; // Promise of the live instance: { handleRequest, exited }
+const headerText = (headers) => [...headers].flat().join("\n");
+
+function parseHeaders(text) {
+  const h = new Headers();
+  const parts = text === "" ? [] : text.split("\n");
+  for (let i = 0; i + 1 < parts.length; i += 2) h.set(parts[i], parts[i + 1]);
+  return h;
+}
+
+// Reads at most max bytes of a response body: in one go when the declared length fits, else from
+// the stream, cancelling the rest.
+async function excerpt(res, max) {
+  if (res.body === null) return null;
+  const declared = Number(res.headers.get("content-length") ?? NaN);
+  if (declared <= max) return new Uint8Array(await res.arrayBuffer());
+  const reader = res.body.getReader();
+  const chunks = [];
+  let n = 0;
+  while (n < max) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    chunks.push(value);
+    n += value.byteLength;
+  }
+  if (n >= max) reader.cancel();
+  const out = new Uint8Array(Math.min(n, max));
+  let off = 0;
+  for (const c of chunks) {
+    out.set(c.subarray(0, out.length - off), off);
+    off += Math.min(c.byteLength, out.length - off);
+    if (off === out.length) break;
+  }
+  return out;
+}
+
+// The Go side's I/O primitives (edge/cmd/worker/js.go).
+const io = {
+  settle: undefined, // installed by Go: settle(id, ok, value)
+  // Reports p's outcome to the goroutine waiting under id.
+  await(p, id) {
+    p.then(
+      (v) => io.settle(id, true, v),
+      (e) => io.settle(id, false, String(e?.message ?? e)),
+    );
+  },
+  // One POST to a subscriber, aborted (connection and all) after timeoutMs; resolves
+  // [status, headerText, body excerpt] or [-1, "", null] on timeout; rejects when unreachable.
+  async post(url, headers, body, timeoutMs, maxBytes) {
+    const abort = new AbortController();
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      abort.abort();
+    }, timeoutMs);
+    try {
+      // redirect: manual — the destination comes only from the subscriber's record.
+      const res = await fetch(url, { method: "POST", headers: parseHeaders(headers), body, redirect: "manual", signal: abort.signal });
+      return [res.status, headerText(res.headers), await excerpt(res, maxBytes)];
+    } catch (e) {
+      if (timedOut) return [-1, "", null];
+      throw e;
+    } finally {
+      clearTimeout(timer);
+    }
+  },
+};
+
+let instance; // Promise of the live instance: { serve, exited }
 
 function start(env, ctx) {
   const started = (async () => {
     const mod = await loadModule();
     const go = new Go();
-    const binding = {};
+    const binding = { io };
     let ready;
     const isReady = new Promise((resolve) => (ready = resolve));
     const wasm = new WebAssembly.Instance(mod, {
@@ -49,13 +121,21 @@ function start(env, ctx) {
   return started;
 }
 
+const NULL_BODY_STATUS = new Set([101, 204, 205, 304]);
+
+async function handle(req, serve) {
+  const body = req.body === null ? null : new Uint8Array(await req.arrayBuffer()); // null: no body
+  const [status, headers, out] = await serve(req.method, headerText(req.headers), body);
+  return new Response(NULL_BODY_STATUS.has(status) ? null : out, { status, headers: parseHeaders(headers) });
+}
+
 export default {
   async fetch(req, env, ctx) {
     instance ??= start(env, ctx);
     const { serve, exited } = await instance;
     // If the instance dies while this request is in it, answer instead of hanging.
     return Promise.race([
-      serve(req),
+      handle(req, serve),
       exited.then(
         (why) =>
           new Response(`rejected:edge_crashed: ${why}\n`, {

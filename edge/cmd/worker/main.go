@@ -5,13 +5,15 @@
 //
 // github.com/syumai/workers supplies the runtime glue: the generated assets (wasm_exec.js,
 // runtime.mjs), Ready, and the Worker's env (cloudflare.Getenv, GetBinding). The request and
-// response conversion is our own (serve.go): the library's pumps both bodies through Go pipes and
-// JS streams, one await per chunk, and splits every header value at ",".
+// response conversion and the subscriber fetch are our own (serve.go, fetch.go, loader.mjs): the
+// library pumps both bodies through Go pipes and JS streams, one await per chunk, splits every
+// header value at ",", leaks a callback per awaited promise, and its fetch ignores deadlines.
+// Every relay decision is made in Go (edge/relay); loader.mjs only marshals in bulk.
 //
 // One Go instance serves every request of an isolate: main installs binding.serve, signals Ready
 // and blocks forever, and loader.mjs sends every request to that instance. The relay keeps no
-// per-request state, and each request's KV and fetch calls are awaited by that request's own
-// goroutine, resumed from the JS turn of that request's own promise.
+// per-request state, and each request's KV and fetch promises are awaited by that request's own
+// goroutines, resumed from the JS turn of that request's own promise.
 package main
 
 import (

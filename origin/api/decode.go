@@ -28,6 +28,15 @@ func decodeJSON(c echo.Context, v any) error {
 	return strictUnmarshal(body, v)
 }
 
+// decodeOptionalJSON is decodeJSON for routes whose body may be left out (no Content-Length and
+// no chunked body): then v keeps its zero value.
+func decodeOptionalJSON(c echo.Context, v any) error {
+	if r := c.Request(); r.ContentLength == 0 {
+		return nil
+	}
+	return decodeJSON(c, v)
+}
+
 // strictUnmarshal decodes exactly one JSON value, rejecting unknown fields and trailing data.
 func strictUnmarshal(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))

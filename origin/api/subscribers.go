@@ -87,10 +87,8 @@ func (s *Server) resumeSubscriber(c echo.Context) error {
 // rotateSecret handles POST /v1/subscribers/{id}/rotate-secret with an optional body.
 func (s *Server) rotateSecret(c echo.Context) error {
 	var req RotateRequest
-	if c.Request().ContentLength != 0 {
-		if err := decodeJSON(c, &req); err != nil {
-			return err
-		}
+	if err := decodeOptionalJSON(c, &req); err != nil {
+		return err
 	}
 	overlap, err := ParseOverlap(req.Overlap)
 	if err != nil {
@@ -106,10 +104,8 @@ func (s *Server) rotateSecret(c echo.Context) error {
 // replayDead handles POST /v1/subscribers/{id}/replay.
 func (s *Server) replayDead(c echo.Context) error {
 	var req ReplayRequest
-	if c.Request().ContentLength != 0 {
-		if err := decodeJSON(c, &req); err != nil {
-			return err
-		}
+	if err := decodeOptionalJSON(c, &req); err != nil {
+		return err
 	}
 	from, err := parseTime("from", req.From)
 	if err != nil {

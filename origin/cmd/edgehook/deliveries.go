@@ -117,34 +117,20 @@ func init() {
 	}
 	lf.register(listCmd.Flags(), true)
 
-	showCmd := &cobra.Command{
-		Use:   "show ID",
-		Short: "Show one delivery with its attempts",
-		Args:  exactArgs("ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				d, err := st.GetDelivery(ctx, args[0])
-				if err != nil {
-					return err
-				}
-				return printJSON(cmd.OutOrStdout(), api.NewDelivery(d))
-			})
-		},
-	}
-	retryCmd := &cobra.Command{
-		Use:   "retry ID",
-		Short: "Queue a dead or held delivery again, due now",
-		Args:  exactArgs("ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				d, err := st.RetryDelivery(ctx, args[0], st.Now())
-				if err != nil {
-					return err
-				}
-				return printJSON(cmd.OutOrStdout(), api.NewDelivery(d))
-			})
-		},
-	}
+	showCmd := idCommand("show ID", "Show one delivery with its attempts", func(ctx context.Context, st *store.Store, id string) (any, error) {
+		d, err := st.GetDelivery(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		return api.NewDelivery(d), nil
+	})
+	retryCmd := idCommand("retry ID", "Queue a dead or held delivery again, due now", func(ctx context.Context, st *store.Store, id string) (any, error) {
+		d, err := st.RetryDelivery(ctx, id, st.Now())
+		if err != nil {
+			return nil, err
+		}
+		return api.NewDelivery(d), nil
+	})
 	group.AddCommand(listCmd, showCmd, retryCmd)
 	rootCmd.AddCommand(group)
 }

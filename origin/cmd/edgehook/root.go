@@ -221,3 +221,21 @@ func flagError(err error) error {
 	}
 	return usagef("--%s: %v", name, fe.Err)
 }
+
+// idCommand is a command taking one id argument that prints the JSON fn returns.
+func idCommand(use, short string, fn func(ctx context.Context, st *store.Store, id string) (any, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  exactArgs("ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withStore(cmd, func(ctx context.Context, st *store.Store) error {
+				v, err := fn(ctx, st, args[0])
+				if err != nil {
+					return err
+				}
+				return printJSON(cmd.OutOrStdout(), v)
+			})
+		},
+	}
+}

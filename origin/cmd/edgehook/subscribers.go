@@ -202,7 +202,7 @@ func init() {
 	}
 	listCmd.Flags().BoolVar(&listJSON, "json", false, "print JSON instead of a table")
 
-	showCmd := subscriberAction("show ID", "Show one subscriber (never its secrets)", func(ctx context.Context, st *store.Store, id string) (any, error) {
+	showCmd := idCommand("show ID", "Show one subscriber (never its secrets)", func(ctx context.Context, st *store.Store, id string) (any, error) {
 		sub, err := st.GetSubscriber(ctx, id)
 		if err != nil {
 			return nil, err
@@ -232,14 +232,14 @@ func init() {
 	}
 	upd.register(updateCmd.Flags(), false)
 
-	pauseCmd := subscriberAction("pause ID", "Stop sending to a subscriber; its deliveries keep queueing", func(ctx context.Context, st *store.Store, id string) (any, error) {
+	pauseCmd := idCommand("pause ID", "Stop sending to a subscriber; its deliveries keep queueing", func(ctx context.Context, st *store.Store, id string) (any, error) {
 		sub, err := st.PauseSubscriber(ctx, id, "paused by an operator")
 		if err != nil {
 			return nil, err
 		}
 		return api.NewSubscriber(sub), nil
 	})
-	resumeCmd := subscriberAction("resume ID", "Send to a paused or disabled subscriber again", func(ctx context.Context, st *store.Store, id string) (any, error) {
+	resumeCmd := idCommand("resume ID", "Send to a paused or disabled subscriber again", func(ctx context.Context, st *store.Store, id string) (any, error) {
 		sub, err := st.ResumeSubscriber(ctx, id)
 		if err != nil {
 			return nil, err
@@ -248,7 +248,7 @@ func init() {
 	})
 
 	var overlap time.Duration
-	rotateCmd := subscriberAction("rotate-secret ID", "Make a new signing secret (printed this once); the old one stays valid for --overlap",
+	rotateCmd := idCommand("rotate-secret ID", "Make a new signing secret (printed this once); the old one stays valid for --overlap",
 		func(ctx context.Context, st *store.Store, id string) (any, error) {
 			sub, err := st.RotateSecret(ctx, id, overlap)
 			if err != nil {
@@ -258,7 +258,7 @@ func init() {
 		})
 	rotateCmd.Flags().DurationVar(&overlap, "overlap", api.DefaultOverlap, "how long the old secret stays valid (0s: ends at once)")
 
-	removeCmd := subscriberAction("remove ID", "Delete a subscriber and its queue", func(ctx context.Context, st *store.Store, id string) (any, error) {
+	removeCmd := idCommand("remove ID", "Delete a subscriber and its queue", func(ctx context.Context, st *store.Store, id string) (any, error) {
 		if err := st.DeleteSubscriber(ctx, id); err != nil {
 			return nil, err
 		}
@@ -268,22 +268,4 @@ func init() {
 
 	group.AddCommand(addCmd, listCmd, showCmd, updateCmd, pauseCmd, resumeCmd, rotateCmd, removeCmd)
 	rootCmd.AddCommand(group)
-}
-
-// subscriberAction is a command taking one id that prints the JSON fn returns.
-func subscriberAction(use, short string, fn func(ctx context.Context, st *store.Store, id string) (any, error)) *cobra.Command {
-	return &cobra.Command{
-		Use:   use,
-		Short: short,
-		Args:  exactArgs("ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				v, err := fn(ctx, st, args[0])
-				if err != nil {
-					return err
-				}
-				return printJSON(cmd.OutOrStdout(), v)
-			})
-		},
-	}
 }

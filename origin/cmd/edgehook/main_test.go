@@ -3,6 +3,7 @@ package main_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 
 	"encoding/json"
 	"fmt"
@@ -68,8 +69,12 @@ func newCLI(t *testing.T) *cli {
 	return &cli{t: t, dir: t.TempDir()}
 }
 
-func (c *cli) command(args ...string) *exec.Cmd {
-	cmd := exec.Command(bin, args...)
+// runLimit bounds every run of the binary, so a hung command fails its test instead of the
+// whole package timing out.
+const runLimit = 2 * time.Minute
+
+func (c *cli) command(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = c.dir
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + c.dir}, c.env...)
 	return cmd
@@ -77,11 +82,16 @@ func (c *cli) command(args ...string) *exec.Cmd {
 
 func (c *cli) runIn(stdin string, args ...string) result {
 	c.t.Helper()
-	cmd := c.command(args...)
+	ctx, cancel := context.WithTimeout(context.Background(), runLimit)
+	defer cancel()
+	cmd := c.command(ctx, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(stdin), &out, &errb
 	err := cmd.Run()
 	code := 0
+	if ctx.Err() != nil {
+		c.t.Fatalf("edgehook %s did not finish within %s; stderr:\n%s", strings.Join(args, " "), runLimit, errb.String())
+	}
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()
 	} else if err != nil {
@@ -444,49 +454,70 @@ func TestEmitDrainAndDeadLetters(t *testing.T) {
 	}
 }
 
-// startServe runs `edgehook serve` on a free loopback port and returns its base URL once it
-// listens; the process is stopped with SIGTERM by the caller.
-func startServe(t *testing.T, c *cli, args ...string) (*exec.Cmd, string, *bytes.Buffer) {
+// server is a running `edgehook serve`.
+type server struct {
+	cmd  *exec.Cmd
+	base string
+	logs bytes.Buffer  // stderr, complete once done is closed
+	done chan struct{} // stderr reached EOF: the process exited
+}
+
+// startServe runs `edgehook serve` on a free loopback port and returns once it listens.
+func startServe(t *testing.T, c *cli, args ...string) *server {
 	t.Helper()
-	cmd := c.command(append([]string{"serve", "--listen", "127.0.0.1:0", "--log-format", "json"}, args...)...)
-	stderr, err := cmd.StderrPipe()
+	ctx, cancel := context.WithTimeout(context.Background(), runLimit)
+	t.Cleanup(cancel) // kills the process if the test left it running
+	s := &server{cmd: c.command(ctx, append([]string{"serve", "--listen", "127.0.0.1:0", "--log-format", "json"}, args...)...), done: make(chan struct{})}
+	stderr, err := s.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	var rest bytes.Buffer
 	addr := make(chan string, 1)
-	done := make(chan struct{})
 	go func() {
-		defer close(done)
+		defer close(s.done)
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			var line struct{ Msg, Addr string }
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving" {
 				addr <- line.Addr
 			}
-			rest.Write(sc.Bytes())
-			rest.WriteByte('\n')
+			s.logs.Write(sc.Bytes())
+			s.logs.WriteByte('\n')
 		}
 	}()
 	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
+		cancel()
+		<-s.done
+		s.cmd.Wait()
 	})
 	select {
 	case a := <-addr:
-		return cmd, "http://" + a, &rest
-	case <-done:
-		cmd.Wait()
-		t.Fatalf("serve exited before listening:\n%s", rest.String())
+		s.base = "http://" + a
+		return s
+	case <-s.done:
+		t.Fatalf("serve exited before listening:\n%s", s.logs.String())
 	case <-time.After(30 * time.Second):
-		t.Fatalf("serve did not listen within 30s:\n%s", rest.String())
+		t.Fatalf("serve did not listen within 30s")
 	}
-	return nil, "", nil
+	return nil
+}
+
+// stop sends SIGTERM and returns the whole log and the exit error.
+func (s *server) stop(t *testing.T) (string, error) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop within 30s of SIGTERM")
+	}
+	err := s.cmd.Wait()
+	return s.logs.String(), err
 }
 
 func TestServeDeliversAndStopsOnSIGTERM(t *testing.T) {
@@ -498,7 +529,8 @@ func TestServeDeliversAndStopsOnSIGTERM(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.env = []string{"EDGEHOOK_CONFIG=edgehook.json", "EDGEHOOK_TOKEN=t0ken"}
-	cmd, base, logs := startServe(t, c)
+	srv := startServe(t, c)
+	base := srv.base
 
 	call := func(method, path, token, body string) (int, []byte) {
 		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
@@ -550,20 +582,11 @@ func TestServeDeliversAndStopsOnSIGTERM(t *testing.T) {
 		}
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+	logs, err := srv.stop(t)
+	if err != nil {
+		t.Fatalf("serve exited with %v after SIGTERM:\n%s", err, logs)
 	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	select {
-	case err := <-waited:
-		if err != nil {
-			t.Fatalf("serve exited with %v after SIGTERM:\n%s", err, logs.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not stop within 30s of SIGTERM")
-	}
-	if s := logs.String(); !strings.Contains(s, `"msg":"stopped"`) || strings.Contains(s, "whsec_") || strings.Contains(s, "t0ken") {
-		t.Fatalf("serve log must end with stopped and hold no secret or token:\n%s", s)
+	if !strings.Contains(logs, `"msg":"stopped"`) || strings.Contains(logs, "whsec_") || strings.Contains(logs, "t0ken") {
+		t.Fatalf("serve log must end with stopped and hold no secret or token:\n%s", logs)
 	}
 }

@@ -20,7 +20,8 @@ func init() {
 		Short: "Send due deliveries for a bounded time, then exit (for cron on hosts without a process manager)",
 		Long: `Drain runs the delivery engine in the foreground: it claims and sends due deliveries until --for
 has passed (or, with --until-idle, until nothing is due), lets sends in flight finish for up to
---shutdown-grace, and exits. It logs one summary line.
+--shutdown-grace, deletes finished deliveries older than --retention, and exits. It logs one
+summary line.
 
 Overlapping runs are safe: a delivery is leased to one process at a time, and rate limits are kept
 in the database, so a drain may run beside serve or another drain on the same file.`,
@@ -48,8 +49,17 @@ in the database, so a drain may run beside serve or another drain on the same fi
 				return err
 			}
 			res, err := eng.Drain(cmd.Context(), engine.DrainOptions{For: drainFor, UntilIdle: untilIdle})
+			if err != nil {
+				return err
+			}
+			// Where cron is the only runner, nobody else applies the retention window. A drain
+			// stopped by a signal leaves it to the next run.
+			var pruned int64
+			if cmd.Context().Err() == nil {
+				pruned, err = st.Prune(cmd.Context(), st.Now().Add(-cfg.Retention))
+			}
 			log.Info("drain finished", "claimed", res.Claimed, "delivered", res.Delivered, "retried", res.Retried,
-				"dead", res.Dead, "released", res.Released, "idle", res.Idle)
+				"dead", res.Dead, "released", res.Released, "idle", res.Idle, "pruned", pruned)
 			return err
 		},
 	}

@@ -452,6 +452,17 @@ func TestEmitDrainAndDeadLetters(t *testing.T) {
 	if replay.Replayed != 1 {
 		t.Fatalf("replayed %d, want the 1 left dead", replay.Replayed)
 	}
+
+	// A drain applies the retention window at its end; the delivered ones are older than 1ms.
+	drain = c.run("drain", "--until-idle", "--for", "30s", "--max-attempts", "1", "--retention", "1ms", "--log-format", "json")
+	if drain.code != 0 || !strings.Contains(drain.stderr, `"msg":"drain finished"`) {
+		t.Fatalf("second drain: %+v", drain)
+	}
+	var kept api.DeliveryPage
+	c.okJSON(&kept, "deliveries", "list", "--subscriber", "ok", "--json")
+	if len(kept.Deliveries) != 0 {
+		t.Fatalf("delivered deliveries past the retention were kept: %+v", kept.Deliveries)
+	}
 }
 
 // server is a running `edgehook serve`.

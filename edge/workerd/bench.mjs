@@ -8,8 +8,8 @@ import { gzipSync } from "node:zlib";
 import { Miniflare } from "miniflare";
 import { buildRequest, compatibilityDate, loadSuite, root, startSubscriber, suiteVars, workerDir } from "./lib.mjs";
 
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
-const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 200); // per worker, per round, per concurrency level
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 10);
+const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 100); // per worker, per round, per concurrency level
 const WARMUP = 100; // past wasm tier-up and the first GCs
 const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? "1,8").split(",").map(Number);
 

@@ -125,7 +125,7 @@ const NULL_BODY_STATUS = new Set([101, 204, 205, 304]);
 
 async function handle(req, serve) {
   const body = req.body === null ? null : new Uint8Array(await req.arrayBuffer()); // null: no body
-  const [status, headers, out] = await serve(req.method, headerText(req.headers), body);
+  const [status, headers, out] = await new Promise((done) => serve(req.method, headerText(req.headers), body, done));
   return new Response(NULL_BODY_STATUS.has(status) ? null : out, { status, headers: parseHeaders(headers) });
 }
 

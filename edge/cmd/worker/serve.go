@@ -13,24 +13,15 @@ import (
 // reasonPanic is the rejection reason of a request whose handling panicked.
 const reasonPanic = "edge_panic"
 
-var jsPromise = js.Global().Get("Promise")
-
-// serveJS is binding.serve(method, headerText, body) → Promise<[status, headerText, body]>. The
-// request runs on its own goroutine, which the promise's executor starts inside this request's JS
-// turn.
+// serveJS is binding.serve(method, headerText, body, done): it handles the request on its own
+// goroutine, started inside this request's JS turn, and calls done([status, headerText, body]).
 func (h *handler) serveJS(_ js.Value, args []js.Value) any {
-	method, headers, body := args[0].String(), args[1].String(), args[2]
-	var executor js.Func
-	executor = js.FuncOf(func(_ js.Value, p []js.Value) any {
-		executor.Release()
-		resolve := p[0]
-		go func() {
-			resp := h.serve(method, headers, body)
-			resolve.Invoke([]any{resp.Status, headerText(resp.Header), bytesToJS(resp.Body)})
-		}()
-		return nil
-	})
-	return jsPromise.New(executor)
+	method, headers, body, done := args[0].String(), args[1].String(), args[2], args[3]
+	go func() {
+		resp := h.serve(method, headers, body)
+		done.Invoke([]any{resp.Status, headerText(resp.Header), bytesToJS(resp.Body)})
+	}()
+	return nil
 }
 
 // serve runs the relay and never panics: one instance serves every request, so a panic must fail

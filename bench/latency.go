@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/edgehook/edgehook/origin/store"
+)
+
+// latency emits a steady rate of single events for a while through the origin binary (API and
+// engine in one `serve`) and times every delivery from the start of its emit request to its
+// arrival at the sink.
+func (b *bench) latency(ctx context.Context) section {
+	s := section{title: "Latency"}
+	spec := subscriberSpec{n: b.cfg.subscribers, url: b.sink.url, mode: store.ModeDirect}
+	r, err := b.runSteady(ctx, "latency", spec, b.cfg.latencyFor, nil)
+	if err != nil {
+		s.err = err
+		return s
+	}
+	p95 := percentile(r.latencies, 0.95)
+	s.figures = append(s.figures,
+		fig("emit → sink p50", msOf(percentile(r.latencies, 0.50)), "ms"),
+		fig("emit → sink p95", msOf(p95), "ms").atMost(50, "≤ 50 ms"),
+		fig("emit → sink p99", msOf(percentile(r.latencies, 0.99)), "ms"),
+		fig("emit → sink max", msOf(percentile(r.latencies, 1)), "ms"),
+		fig("events/s achieved", r.rate, "/s"))
+	s.notes = append(s.notes, r.note, fmt.Sprintf("`edgehook serve` with %d subscribers (rate limits off, direct mode) on a new "+
+		"database; %d clients pace single-event POST /v1/events at %.0f/s for %s; the engine runs with its defaults. "+
+		"Latency runs from just before the emit request is sent to the delivery's arrival at the sink, both read from this "+
+		"process's clock; percentiles are nearest-rank over every delivery.", spec.n, b.cfg.emitConns, b.cfg.latencyRate, b.cfg.latencyFor))
+	return s
+}
+
+// isolation runs the steady load twice with the healthy subscribers alone and with one more
+// subscriber that accepts connections and never answers, and compares the healthy p95.
+func (b *bench) isolation(ctx context.Context) section {
+	s := section{title: "Isolation"}
+	healthy := b.cfg.subscribers - 1
+	base, err := b.runSteady(ctx, "isolation-base", subscriberSpec{n: healthy, url: b.sink.url, mode: store.ModeDirect}, b.cfg.isoFor, nil)
+	if err != nil {
+		s.err = fmt.Errorf("baseline: %w", err)
+		return s
+	}
+	hang, err := newHangingServer()
+	if err != nil {
+		s.err = err
+		return s
+	}
+	defer hang.close()
+	stuck := subscriberID(healthy)
+	url := func(id string) string {
+		if id == stuck {
+			return hang.url(id)
+		}
+		return b.sink.url(id)
+	}
+	with, err := b.runSteady(ctx, "isolation-stuck", subscriberSpec{n: healthy + 1, url: url, mode: store.ModeDirect}, b.cfg.isoFor, &stuck)
+	if err != nil {
+		s.err = fmt.Errorf("with a stuck subscriber: %w", err)
+		return s
+	}
+	p95base, p95with := percentile(base.latencies, 0.95), percentile(with.latencies, 0.95)
+	s.figures = append(s.figures,
+		fig("healthy p95, baseline", msOf(p95base), "ms"),
+		fig("healthy p95, with a stuck subscriber", msOf(p95with), "ms"),
+		fig("p95 with ÷ baseline", float64(p95with)/float64(p95base), "×").atMost(1.2, "≤ 1.2×"))
+	s.notes = append(s.notes, "Baseline: "+base.note, "With the stuck subscriber: "+with.note,
+		fmt.Sprintf("Two runs like the latency one (%.0f events/s for %s each, new database each): %d healthy subscribers, "+
+			"then the same plus one whose endpoint accepts connections and never answers (%d connections accepted); it keeps the "+
+			"default timeout and in-flight cap. Only the healthy subscribers' deliveries are timed.",
+			b.cfg.latencyRate, b.cfg.isoFor, healthy, hang.accepted()))
+	return s
+}
+
+// steadyResult is what a steady run measured.
+type steadyResult struct {
+	latencies []time.Duration // one per delivery to a measured subscriber
+	rate      float64         // events per second achieved
+	note      string
+}
+
+// runSteady starts serve on a new database with spec's subscribers, paces single emits at
+// -latency-rate for d, waits for every delivery to a subscriber other than skip and times them.
+func (b *bench) runSteady(ctx context.Context, name string, spec subscriberSpec, d time.Duration, skip *string) (steadyResult, error) {
+	db, err := b.prepare(ctx, name, spec, 0)
+	if err != nil {
+		return steadyResult{}, err
+	}
+	p, base, err := b.serve(ctx, name, db)
+	if err != nil {
+		return steadyResult{}, err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			p.stop(stopWait)
+		}
+	}()
+	measured := spec.n
+	if skip != nil {
+		measured--
+	}
+	body := eventBody(b.cfg.bodyBytes, 0)
+	prefix := name + "-"
+	header := http.Header{"Content-Type": {"application/json"}}
+	b.sink.reset()
+	cpu := startCPU(p)
+	client := newClient(b.cfg.emitConns)
+	r := paced{client: client, conns: b.cfg.emitConns, rate: b.cfg.latencyRate, d: d, status: http.StatusAccepted,
+		req: func(i int) (string, []byte, http.Header) {
+			return base + "/v1/events", emitRequest(name, i, 1, body), header
+		}}.run(ctx)
+	client.CloseIdleConnections()
+	if err := r.err(); err != nil {
+		return steadyResult{}, err
+	}
+	want := r.Requests * measured
+	got := b.sink.waitFor(ctx, want, 15*time.Second)
+	note := cpu.note()
+	stopped = true
+	if err := p.stop(stopWait); err != nil {
+		return steadyResult{}, err
+	}
+	arrivals := b.sink.take()
+	lat := make([]time.Duration, 0, len(arrivals))
+	seen := make(map[arrival]bool, len(arrivals))
+	for _, a := range arrivals {
+		i, err := strconv.Atoi(strings.TrimPrefix(a.id, prefix))
+		if err != nil || !strings.HasPrefix(a.id, prefix) || i >= len(r.starts) || r.starts[i].IsZero() {
+			return steadyResult{}, fmt.Errorf("the sink got an unexpected event id %q", a.id)
+		}
+		key := arrival{sub: a.sub, id: a.id}
+		if (skip != nil && a.sub == *skip) || seen[key] {
+			continue // a repeated delivery is timed at its first arrival
+		}
+		seen[key] = true
+		lat = append(lat, a.at.Sub(r.starts[i]))
+	}
+	if got < want || len(lat) != want {
+		return steadyResult{}, fmt.Errorf("%d of %d deliveries arrived (none for 15 s after the last)", len(lat), want)
+	}
+	return steadyResult{latencies: lat, rate: float64(r.Requests) / r.Elapsed.Seconds(),
+		note: fmt.Sprintf("%d events emitted in %s, %d deliveries timed. %s", r.Requests, r.Elapsed.Round(time.Millisecond), len(lat), note)}, nil
+}
+
+// msOf is a duration in milliseconds.
+func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/edgehook/edgehook/shared/signature"
+	"github.com/edgehook/edgehook/shared/wire"
+)
+
+// newClient returns a keep-alive HTTP client that uses at most conns connections per host.
+func newClient(conns int) *http.Client {
+	return &http.Client{
+		Timeout: 30 * time.Second,
+		Transport: &http.Transport{
+			Proxy:               nil,
+			MaxIdleConnsPerHost: conns,
+			MaxConnsPerHost:     conns,
+			DisableCompression:  true,
+			IdleConnTimeout:     time.Minute,
+		},
+	}
+}
+
+// post is one request of a load: the i-th request's URL, body and headers.
+type post func(i int) (url string, body []byte, header http.Header)
+
+// load sends up to n requests over conns connections, for at most d, and counts the answers with
+// the wanted status. Every loop is bounded by n and d.
+type load struct {
+	client *http.Client
+	conns  int
+	n      int
+	d      time.Duration
+	req    post
+	status int // the expected answer
+}
+
+// loadResult is what a load did.
+type loadResult struct {
+	Requests int           `json:"requests"` // answered with the expected status
+	Errors   int           `json:"errors"`
+	Elapsed  time.Duration `json:"elapsed_ns"`
+	FirstErr string        `json:"first_error,omitempty"`
+}
+
+// rate is answered requests per second.
+func (r loadResult) rate() float64 { return float64(r.Requests) / r.Elapsed.Seconds() }
+
+// err is the first error, if any request failed.
+func (r loadResult) err() error {
+	if r.Errors == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d of %d requests failed, the first: %s", r.Errors, r.Errors+r.Requests, r.FirstErr)
+}
+
+func (l load) run(ctx context.Context) loadResult {
+	ctx, cancel := context.WithTimeout(ctx, l.d)
+	defer cancel()
+	var next, ok, failed atomic.Int64
+	var firstErr sync.Once
+	var res loadResult
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range l.conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				i := int(next.Add(1)) - 1
+				if i >= l.n {
+					return
+				}
+				if err := l.do(ctx, i); err != nil {
+					if ctx.Err() != nil {
+						return // cut by the time limit: not a failure
+					}
+					failed.Add(1)
+					firstErr.Do(func() { res.FirstErr = err.Error() })
+					continue
+				}
+				ok.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	res.Elapsed = time.Since(start)
+	res.Requests, res.Errors = int(ok.Load()), int(failed.Load())
+	return res
+}
+
+// do sends the i-th request and checks the answer.
+func (l load) do(ctx context.Context, i int) error {
+	url, body, header := l.req(i)
+	return send(ctx, l.client, url, body, header, l.status)
+}
+
+// send posts body to url and reads the whole answer, which must have status want.
+func send(ctx context.Context, c *http.Client, url string, body []byte, header http.Header, want int) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	msg, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != want {
+		return fmt.Errorf("status %d, want %d: %.200s", resp.StatusCode, want, msg)
+	}
+	return nil
+}
+
+// paced sends requests at a steady rate for d, over at most conns connections at once, and
+// records when each request started. A request that cannot start on time (every connection busy)
+// starts late, and the achieved rate shows it.
+type paced struct {
+	client *http.Client
+	conns  int
+	rate   float64
+	d      time.Duration
+	req    post
+	status int
+}
+
+// pacedResult is what a paced load did.
+type pacedResult struct {
+	starts []time.Time // by request index; zero if the request failed
+	loadResult
+}
+
+func (p paced) run(ctx context.Context) pacedResult {
+	n := int(p.rate * p.d.Seconds())
+	res := pacedResult{starts: make([]time.Time, n)}
+	jobs := make(chan int)
+	var failed atomic.Int64
+	var firstErr sync.Once
+	var wg sync.WaitGroup
+	for range p.conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				url, body, header := p.req(i)
+				start := time.Now()
+				if err := send(ctx, p.client, url, body, header, p.status); err != nil {
+					failed.Add(1)
+					firstErr.Do(func() { res.FirstErr = err.Error() })
+					continue
+				}
+				res.starts[i] = start // each index is written by one goroutine, read after Wait
+			}
+		}()
+	}
+	begin := time.Now()
+	interval := time.Duration(float64(time.Second) / p.rate)
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		if wait := time.Until(begin.Add(time.Duration(i) * interval)); wait > 0 {
+			time.Sleep(wait)
+		}
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	res.Elapsed = time.Since(begin)
+	res.Errors = int(failed.Load())
+	for _, s := range res.starts {
+		if !s.IsZero() {
+			res.Requests++
+		}
+	}
+	return res
+}
+
+// ceilingRequest posts a delivery as the engine sends it: the event body with the Standard Webhooks
+// headers. The ceiling posts it to the sink with no queue in between.
+func ceilingRequest(url string, body []byte) post {
+	secret, err := signature.NewSecret()
+	if err != nil {
+		panic(err) // crypto/rand does not fail
+	}
+	return func(i int) (string, []byte, http.Header) {
+		id := "ceil-" + strconv.Itoa(i)
+		ts := time.Now().Unix()
+		h := http.Header{}
+		h.Set("Content-Type", "application/json")
+		h.Set("User-Agent", "edgehook/bench")
+		h.Set(wire.HeaderWebhookID, id)
+		h.Set(wire.HeaderWebhookTimestamp, strconv.FormatInt(ts, 10))
+		h.Set(wire.HeaderWebhookSignature, signature.Sign([]signature.Secret{secret}, id, ts, body))
+		return url, body, h
+	}
+}
+
+// runClient is the `bench client` role: it posts deliveries to the sink from its own process, as
+// the origin does, and prints a loadResult as JSON. The ceiling runs it.
+func runClient(args []string) error {
+	fs := flag.NewFlagSet("client", flag.ContinueOnError)
+	url := fs.String("url", "", "where to post")
+	conns := fs.Int("conns", 1, "connections")
+	n := fs.Int("n", 1000, "requests at most")
+	d := fs.Duration("for", 5*time.Second, "time at most")
+	warm := fs.Int("warmup", 0, "requests sent first, not counted")
+	bodyBytes := fs.Int("body-bytes", 1024, "event body size")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *url == "" || *conns < 1 || *n < 1 || *d <= 0 || *warm < 0 {
+		return fmt.Errorf("client: -url, -conns ≥ 1, -n ≥ 1, -for > 0 and -warmup ≥ 0 are required")
+	}
+	c := newClient(*conns)
+	req := ceilingRequest(*url, eventBody(*bodyBytes, 0))
+	ctx := context.Background()
+	if *warm > 0 {
+		if r := (load{client: c, conns: *conns, n: *warm, d: *d, req: req, status: http.StatusNoContent}).run(ctx); r.err() != nil {
+			return fmt.Errorf("warm-up: %w", r.err())
+		}
+	}
+	r := load{client: c, conns: *conns, n: *n, d: *d, req: req, status: http.StatusNoContent}.run(ctx)
+	return json.NewEncoder(os.Stdout).Encode(r)
+}

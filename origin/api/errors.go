@@ -18,6 +18,7 @@ const (
 	CodeNotFound         = "not_found"
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeConflict         = "conflict"
+	CodeInvalidState     = "invalid_state" // a 409: the object's state does not allow the operation
 	CodeTooLarge         = "body_too_large"
 	CodeUnsupportedMedia = "unsupported_media_type"
 	CodeInvalid          = "invalid"

@@ -8,9 +8,6 @@ import (
 	"github.com/edgehook/edgehook/origin/store"
 )
 
-// CodeInvalidState is the code of a 409 for an operation the object's state does not allow.
-const CodeInvalidState = "invalid_state"
-
 // SQLite primary result codes that mean "cannot write now": busy, locked, read-only, I/O error,
 // disk full, cannot open. The driver's error exposes them through Code(); matching the method
 // instead of the type keeps the driver out of this package.
@@ -18,14 +15,14 @@ var unavailableCodes = map[int]bool{5: true, 6: true, 8: true, 10: true, 13: tru
 
 // mapStoreError maps the store's errors; nil when err is none of them.
 func mapStoreError(err error) *Error {
-	var qf *store.QueueFullError
 	var coded interface{ Code() int }
 	switch {
-	case errors.As(err, &qf):
-		return &Error{Status: http.StatusTooManyRequests, Code: CodeQueueFull, RetryAfter: qf.RetryAfter,
-			Message: "the delivery queue is full; retry later"}
 	case errors.Is(err, store.ErrQueueFull):
-		return &Error{Status: http.StatusTooManyRequests, Code: CodeQueueFull, RetryAfter: defaultQueueFullRetry,
+		retry := defaultQueueFullRetry
+		if qf := (*store.QueueFullError)(nil); errors.As(err, &qf) && qf.RetryAfter > 0 {
+			retry = qf.RetryAfter
+		}
+		return &Error{Status: http.StatusTooManyRequests, Code: CodeQueueFull, RetryAfter: retry,
 			Message: "the delivery queue is full; retry later"}
 	case errors.Is(err, store.ErrNotFound):
 		return errorf(http.StatusNotFound, CodeNotFound, "", "%v", err)

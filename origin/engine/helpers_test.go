@@ -150,7 +150,7 @@ type recorded struct {
 	req    *http.Request
 }
 
-func newSink(t *testing.T, handle func(w http.ResponseWriter, r *recorded)) *sink {
+func newSink(t testing.TB, handle func(w http.ResponseWriter, r *recorded)) *sink {
 	s := &sink{handle: handle}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)

@@ -39,21 +39,25 @@ func (e *Engine) newRun(untilIdle bool, grace <-chan time.Duration) *run {
 }
 
 // loop claims and dispatches until ctx is done (or idle), then shuts down in order: stop
-// claiming, wait for sends up to the grace, cancel the rest, write every outcome.
-func (r *run) loop(ctx context.Context, prune bool) {
+// claiming, wait for sends up to the grace, cancel the rest, write every outcome. It prunes old
+// rows once at the start (so cron-run drains keep the database bounded too) and, for a daemon,
+// every PruneInterval.
+func (r *run) loop(ctx context.Context, daemon bool) {
 	go r.completer()
+	r.prune()
 	var pruneTick <-chan time.Time
-	if prune {
+	if daemon {
 		t := time.NewTicker(r.e.cfg.PruneInterval)
 		defer t.Stop()
 		pruneTick = t.C
-		r.prune()
 	}
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	for ctx.Err() == nil {
+		// Claim when at least half the slots are free (or nothing is in flight): a claim is a write
+		// transaction, and many tiny ones would cost more than they deliver.
 		free := cap(r.slots) - len(r.slots)
-		if free == 0 {
+		if free == 0 || free < cap(r.slots)/2 && free < r.e.cfg.BatchSize {
 			select {
 			case <-r.freed:
 			case <-ctx.Done():

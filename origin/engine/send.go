@@ -114,8 +114,16 @@ const (
 	classConnection   = "connection"
 	classBlocked      = "blocked_address"
 	classEdgeRejected = "edge_rejected"
-	classEdgeError    = "edge_error" // no or unknown outcome header from the edge
+	classEdgeError    = "edge_error"    // no or unknown outcome header from the edge
+	classConfig       = "misconfigured" // the request could not be built (no edge URL, no secret)
 )
+
+// configError marks a request that could not be built: the operator's problem, not the
+// subscriber's, so it does not count against the circuit.
+type configError struct{ err error }
+
+func (e *configError) Error() string { return e.err.Error() }
+func (e *configError) Unwrap() error { return e.err }
 
 // response is what came back from one send.
 type response struct {
@@ -134,7 +142,7 @@ func (e *Engine) deliver(ctx context.Context, c store.Claimed) store.Settlement 
 	req, err := e.request(c, now)
 	var resp response
 	if err != nil {
-		resp.err = err
+		resp.err = &configError{err}
 	} else {
 		timeout := min(sub.Timeout(), e.cfg.LeaseDuration*3/4)
 		sendCtx, cancel := context.WithTimeout(ctx, timeout)
@@ -241,12 +249,14 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 		class := classConnection
 		var ne net.Error
 		switch {
+		case errors.As(r.err, new(*configError)):
+			class = classConfig
 		case errors.Is(r.err, errBlockedAddress):
 			class = classBlocked
 		case errors.Is(r.err, context.DeadlineExceeded), errors.As(r.err, &ne) && ne.Timeout():
 			class = classTimeout
 		}
-		return fail(class, r.err.Error(), class != classBlocked)
+		return fail(class, r.err.Error(), class != classBlocked && class != classConfig)
 	}
 	if sub.Mode == store.ModeEdge {
 		o, err := wire.ParseOutcome(r.outcome)

@@ -208,36 +208,39 @@ func isRequestError(err error) bool {
 }
 
 // emitTx writes one request's events; it returns the results, the deliveries created and how many
-// older deliveries were superseded.
+// older deliveries were superseded. The driver compiles each statement every time it runs, so the
+// deliveries of the whole request are inserted by one statement (rows in a JSON array).
 func (s *Store) emitTx(ctx context.Context, tx *sql.Tx, events []EmitInput, subs []*Subscriber, depth int64, touched map[string]bool) ([]EmitResult, int64, int64, error) {
 	now := ms(s.Now())
 	results := make([]EmitResult, len(events))
+	sums := make([][]byte, len(events))
 	var created, superseded int64
+	type newDelivery struct {
+		Event  int64  `json:"e"`
+		Sub    string `json:"s"`
+		Key    string `json:"k"`
+		Status Status `json:"st"`
+	}
+	var rows []newDelivery
+	latest := map[[2]string]int{} // (subscriber, coalesce key) → index in rows of the newest
+	seen := map[string]int{}      // event id → index in events, for an id repeated in one request
 	for i, in := range events {
-		sum := bodyHash(in.Type, in.Body)
-		var seq int64
-		var stored []byte
-		err := tx.QueryRowContext(ctx, `SELECT seq, body_hash FROM events WHERE id = ?`, in.ID).Scan(&seq, &stored)
-		switch {
-		case err == nil:
-			if !bytes.Equal(stored, sum) {
-				return nil, 0, 0, fmt.Errorf("event %q was already emitted with a different type or body: %w", in.ID, ErrConflict)
+		sums[i] = bodyHash(in.Type, in.Body)
+		if j, ok := seen[in.ID]; ok {
+			if !bytes.Equal(sums[i], sums[j]) {
+				return nil, 0, 0, fmt.Errorf("event %q appears twice with a different type or body: %w", in.ID, ErrConflict)
 			}
-			var n int
-			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM deliveries WHERE event_seq = ?`, seq).Scan(&n); err != nil {
-				return nil, 0, 0, err
-			}
-			results[i] = EmitResult{EventID: in.ID, Deliveries: n, Duplicate: true}
+			results[i] = EmitResult{EventID: in.ID, Deliveries: results[j].Deliveries, Duplicate: true}
 			continue
-		case !errors.Is(err, sql.ErrNoRows):
+		}
+		seen[in.ID] = i
+		seq, dup, err := s.insertEvent(ctx, tx, in, sums[i], depth+created, now)
+		if err != nil {
 			return nil, 0, 0, err
 		}
-		if depth+created >= s.opts.GlobalCap {
-			return nil, 0, 0, &QueueFullError{Depth: depth + created, Cap: s.opts.GlobalCap, RetryAfter: DefaultQueueFullRetry}
-		}
-		if err := tx.QueryRowContext(ctx, `INSERT INTO events(id, type, body, body_hash, coalesce_key, created_at) VALUES (?, ?, ?, ?, ?, ?) RETURNING seq`,
-			in.ID, in.Type, in.Body, sum, in.CoalesceKey, now).Scan(&seq); err != nil {
-			return nil, 0, 0, err
+		if dup != nil {
+			results[i] = *dup
+			continue
 		}
 		res := EmitResult{EventID: in.ID}
 		var payload map[string]json.RawMessage // parsed at most once, for coalesce keys
@@ -262,12 +265,14 @@ func (s *Store) emitTx(ctx context.Context, tx *sql.Tx, events []EmitInput, subs
 					return nil, 0, 0, err
 				}
 				n, _ := r.RowsAffected()
+				if j, ok := latest[[2]string{sub.ID, key}]; ok && rows[j].Status == StatusPending {
+					rows[j].Status = StatusSuperseded // an older event of this same request
+					n++
+				}
 				res.Superseded += int(n)
+				latest[[2]string{sub.ID, key}] = len(rows)
 			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO deliveries(event_seq, subscriber_id, status, coalesce_key, next_attempt_at, age_from, created_at, updated_at)
-				VALUES (?, ?, 'pending', ?, ?, ?, ?, ?)`, seq, sub.ID, key, now, now, now, now); err != nil {
-				return nil, 0, 0, err
-			}
+			rows = append(rows, newDelivery{Event: seq, Sub: sub.ID, Key: key, Status: StatusPending})
 			res.Deliveries++
 			touched[sub.ID] = true
 		}
@@ -275,7 +280,46 @@ func (s *Store) emitTx(ctx context.Context, tx *sql.Tx, events []EmitInput, subs
 		superseded += int64(res.Superseded)
 		results[i] = res
 	}
+	if len(rows) > 0 {
+		data, err := json.Marshal(rows)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO deliveries(event_seq, subscriber_id, status, coalesce_key, next_attempt_at, age_from, created_at, updated_at)
+			SELECT value->>'e', value->>'s', value->>'st', value->>'k', ?1, ?1, ?1, ?1 FROM json_each(?2)`, now, string(data)); err != nil {
+			return nil, 0, 0, err
+		}
+	}
 	return results, created, superseded, nil
+}
+
+// insertEvent stores a new event and returns its seq, or the result of the original emit when the
+// id is already stored with the same content (dup), or ErrConflict, or a *QueueFullError.
+func (s *Store) insertEvent(ctx context.Context, tx *sql.Tx, in EmitInput, sum []byte, depth, now int64) (seq int64, dup *EmitResult, err error) {
+	full := depth >= s.opts.GlobalCap
+	if !full {
+		err = tx.QueryRowContext(ctx, `INSERT INTO events(id, type, body, body_hash, coalesce_key, created_at) VALUES (?, ?, ?, ?, ?, ?)
+			ON CONFLICT(id) DO NOTHING RETURNING seq`, in.ID, in.Type, in.Body, sum, in.CoalesceKey, now).Scan(&seq)
+		if !errors.Is(err, sql.ErrNoRows) {
+			return seq, nil, err
+		}
+	}
+	// The id exists (or the queue is full and it may exist): answer a re-emit from what is stored.
+	var stored []byte
+	err = tx.QueryRowContext(ctx, `SELECT seq, body_hash FROM events WHERE id = ?`, in.ID).Scan(&seq, &stored)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, nil, &QueueFullError{Depth: depth, Cap: s.opts.GlobalCap, RetryAfter: DefaultQueueFullRetry}
+	case err != nil:
+		return 0, nil, err
+	case !bytes.Equal(stored, sum):
+		return 0, nil, fmt.Errorf("event %q was already emitted with a different type or body: %w", in.ID, ErrConflict)
+	}
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM deliveries WHERE event_seq = ?`, seq).Scan(&n); err != nil {
+		return 0, nil, err
+	}
+	return seq, &EmitResult{EventID: in.ID, Deliveries: n, Duplicate: true}, nil
 }
 
 // supersedeSQL replaces a subscriber's pending deliveries with a coalesce key. Claimed ones are

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"time"
 )
@@ -64,21 +65,53 @@ type Settlement struct {
 // Settle applies outcomes in one transaction (the engine batches them). Every update checks the
 // lease token, so a worker whose lease expired and was re-claimed cannot overwrite the new owner;
 // such settlements are skipped and counted in stale.
+//
+// The whole batch is one UPDATE … FROM json_each(…) and one INSERT of attempts, then one update
+// per subscriber touched: the SQLite driver compiles every statement each time it runs, so the
+// number of statements, not of rows, is what a batch costs.
 func (s *Store) Settle(ctx context.Context, now time.Time, policy CircuitPolicy, items []Settlement) (stale int, err error) {
-	nowMS := ms(now)
+	if len(items) == 0 {
+		return 0, nil
+	}
+	rows := make([]settleRow, len(items))
+	seen := make(map[int64]bool, len(items))
+	for i := range items {
+		if seen[items[i].Seq] {
+			return 0, fmt.Errorf("settle: delivery %d appears twice in one batch", items[i].Seq)
+		}
+		seen[items[i].Seq] = true
+		if rows[i], err = newSettleRow(&items[i]); err != nil {
+			return 0, err
+		}
+	}
+	batch, err := json.Marshal(rows)
+	if err != nil {
+		return 0, err
+	}
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		stale = 0
+		attempts, err := settleDeliveries(ctx, tx, batch, ms(now))
+		if err != nil {
+			return fmt.Errorf("settle: %w", err)
+		}
+		stale = len(items) - len(attempts)
+		if err := logAttempts(ctx, tx, items, attempts); err != nil {
+			return fmt.Errorf("settle: attempts: %w", err)
+		}
+		var order []string
+		bySub := map[string][]*Settlement{}
 		for i := range items {
-			ok, err := settleOne(ctx, tx, &items[i], nowMS)
-			if err != nil {
-				return fmt.Errorf("settle delivery %d: %w", items[i].Seq, err)
-			}
-			if !ok {
-				stale++
+			it := &items[i]
+			if _, ok := attempts[it.Seq]; !ok {
 				continue
 			}
-			if err := settleSubscriber(ctx, tx, &items[i], now, policy); err != nil {
-				return fmt.Errorf("settle subscriber %s: %w", items[i].SubscriberID, err)
+			if bySub[it.SubscriberID] == nil {
+				order = append(order, it.SubscriberID)
+			}
+			bySub[it.SubscriberID] = append(bySub[it.SubscriberID], it)
+		}
+		for _, id := range order {
+			if err := settleSubscriber(ctx, tx, id, bySub[id], now, policy); err != nil {
+				return fmt.Errorf("settle subscriber %s: %w", id, err)
 			}
 		}
 		return nil
@@ -86,95 +119,164 @@ func (s *Store) Settle(ctx context.Context, now time.Time, policy CircuitPolicy,
 	return stale, err
 }
 
+// settleRow is one settlement as the batch UPDATE reads it.
+type settleRow struct {
+	Seq      int64  `json:"seq"`
+	Token    string `json:"token"`
+	Status   string `json:"status"` // delivered | dead | unsent (pending, or held if the subscriber is disabled)
+	Inc      int    `json:"inc"`    // 1 when the attempt counts
+	Next     int64  `json:"next"`   // new next_attempt_at, 0 to keep
+	Reason   string `json:"reason"`
+	KeepLast int    `json:"keep_last"` // 1: leave last_status and last_error (release)
+	Code     int    `json:"code"`
+	Error    string `json:"error"`
+}
+
+func newSettleRow(it *Settlement) (settleRow, error) {
+	r := settleRow{Seq: it.Seq, Token: it.LeaseToken, Code: it.Status, Error: it.Error}
+	switch it.Result {
+	case ResultDelivered:
+		r.Status, r.Inc, r.Error = "delivered", 1, ""
+	case ResultRetry:
+		r.Status, r.Inc, r.Next = "unsent", 1, ms(it.NextAttemptAt)
+	case ResultReschedule:
+		r.Status, r.Next = "unsent", ms(it.NextAttemptAt)
+	case ResultDead:
+		r.Status, r.Inc, r.Reason = "dead", 1, it.Reason
+	case ResultRelease:
+		r.Status, r.KeepLast = "unsent", 1
+	default:
+		return r, fmt.Errorf("settle delivery %d: unknown result %d", it.Seq, it.Result)
+	}
+	return r, nil
+}
+
 // unsentStatus is the status of a delivery going back to the queue: held if its subscriber is
 // disabled, pending otherwise.
 const unsentStatus = `CASE WHEN (SELECT state FROM subscribers WHERE id = deliveries.subscriber_id) = 'disabled' THEN 'held' ELSE 'pending' END`
 
-func settleOne(ctx context.Context, tx *sql.Tx, it *Settlement, now int64) (bool, error) {
-	var q string
-	args := []any{}
-	switch it.Result {
-	case ResultDelivered:
-		q = `status = 'delivered', attempts = attempts + 1, delivered_at = ?, last_status = ?, last_error = ''`
-		args = append(args, now, it.Status)
-	case ResultRetry:
-		q = `status = ` + unsentStatus + `, attempts = attempts + 1, next_attempt_at = ?, last_status = ?, last_error = ?`
-		args = append(args, ms(it.NextAttemptAt), it.Status, it.Error)
-	case ResultReschedule:
-		q = `status = ` + unsentStatus + `, next_attempt_at = ?, last_status = ?, last_error = ?`
-		args = append(args, ms(it.NextAttemptAt), it.Status, it.Error)
-	case ResultDead:
-		q = `status = 'dead', reason = ?, attempts = attempts + 1, last_status = ?, last_error = ?`
-		args = append(args, it.Reason, it.Status, it.Error)
-	case ResultRelease:
-		q = `status = ` + unsentStatus
-	default:
-		return false, fmt.Errorf("unknown result %d", it.Result)
-	}
-	args = append(args, now, it.Seq, it.LeaseToken)
-	var attempts int
-	err := tx.QueryRowContext(ctx, `UPDATE deliveries SET `+q+`, lease_token = '', lease_expires_at = 0, updated_at = ?
-		WHERE seq = ? AND lease_token = ? AND status = 'leased' RETURNING attempts`, args...).Scan(&attempts)
+// settleDeliveries applies the batch where the lease token still matches and returns the new
+// attempt count of each delivery settled. The unary + keeps the planner from driving the join from
+// the status index (a scan of every leased row per batch row): it walks the batch and looks each
+// delivery up by its primary key.
+func settleDeliveries(ctx context.Context, tx *sql.Tx, batch []byte, now int64) (map[int64]int, error) {
+	rows, err := tx.QueryContext(ctx, `UPDATE deliveries SET
+			status = CASE j.status WHEN 'unsent' THEN `+unsentStatus+` ELSE j.status END,
+			attempts = deliveries.attempts + j.inc,
+			next_attempt_at = CASE WHEN j.next > 0 THEN j.next ELSE deliveries.next_attempt_at END,
+			reason = CASE WHEN j.status = 'dead' THEN j.reason ELSE deliveries.reason END,
+			last_status = CASE WHEN j.keep_last = 1 THEN deliveries.last_status ELSE j.code END,
+			last_error = CASE WHEN j.keep_last = 1 THEN deliveries.last_error ELSE j.error END,
+			delivered_at = CASE WHEN j.status = 'delivered' THEN ?1 ELSE deliveries.delivered_at END,
+			lease_token = '', lease_expires_at = 0, updated_at = ?1
+		FROM (SELECT CAST(value->>'seq' AS INTEGER) AS seq, value->>'token' AS token, value->>'status' AS status, value->>'inc' AS inc,
+				value->>'next' AS next, value->>'reason' AS reason, value->>'keep_last' AS keep_last, value->>'code' AS code,
+				value->>'error' AS error FROM json_each(?2)) AS j
+		WHERE deliveries.seq = j.seq AND deliveries.lease_token = j.token AND +deliveries.status = 'leased'
+		RETURNING seq, attempts`, now, string(batch))
 	if err != nil {
-		return false, ignoreNoRows(err)
+		return nil, err
 	}
-	if a := it.Attempt; a != nil {
-		number := attempts
-		if it.Result == ResultReschedule || it.Result == ResultRelease {
-			number = 0
+	defer rows.Close()
+	out := map[int64]int{}
+	for rows.Next() {
+		var seq int64
+		var attempts int
+		if err := rows.Scan(&seq, &attempts); err != nil {
+			return nil, err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO attempts(delivery_seq, number, at, status, latency_ms, outcome, error, excerpt)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, it.Seq, number, ms(a.At), a.Status, a.LatencyMS, a.Outcome, a.Error, a.Excerpt); err != nil {
-			return false, err
-		}
+		out[seq] = attempts
 	}
-	return true, nil
+	return out, rows.Err()
 }
 
-// settleSubscriber applies a settlement's effects on its subscriber: pause, disable, circuit.
-func settleSubscriber(ctx context.Context, tx *sql.Tx, it *Settlement, now time.Time, policy CircuitPolicy) error {
-	if !it.PauseUntil.IsZero() {
-		if _, err := tx.ExecContext(ctx, `UPDATE limiter SET paused_until = max(paused_until, ?) WHERE subscriber_id = ?`,
-			ms(it.PauseUntil), it.SubscriberID); err != nil {
-			return err
+// logAttempts inserts the attempt records of the settled items in one statement.
+func logAttempts(ctx context.Context, tx *sql.Tx, items []Settlement, done map[int64]int) error {
+	type row struct {
+		Seq     int64  `json:"seq"`
+		Number  int    `json:"number"`
+		At      int64  `json:"at"`
+		Status  int    `json:"status"`
+		Latency int64  `json:"latency"`
+		Outcome string `json:"outcome"`
+		Error   string `json:"error"`
+		Excerpt string `json:"excerpt"`
+	}
+	var list []row
+	for _, it := range items {
+		attempts, ok := done[it.Seq]
+		if a := it.Attempt; a != nil && ok {
+			number := attempts
+			if it.Result == ResultReschedule || it.Result == ResultRelease {
+				number = 0
+			}
+			list = append(list, row{it.Seq, number, ms(a.At), a.Status, a.LatencyMS, a.Outcome, a.Error, a.Excerpt})
 		}
 	}
-	if it.Disable != "" {
-		if err := setStateTx(ctx, tx, it.SubscriberID, StateDisabled, it.Disable, ms(now)); err != nil {
+	if len(list) == 0 {
+		return nil
+	}
+	data, err := json.Marshal(list)
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO attempts(delivery_seq, number, at, status, latency_ms, outcome, error, excerpt)
+		SELECT value->>'seq', value->>'number', value->>'at', value->>'status', value->>'latency', value->>'outcome',
+			value->>'error', value->>'excerpt' FROM json_each(?)`, string(data))
+	return err
+}
+
+// settleSubscriber applies the effects of a subscriber's settlements, in order: the latest pause,
+// a disable, and the circuit breaker folded over every success and failure, with one read and at
+// most one write of its limiter row.
+func settleSubscriber(ctx context.Context, tx *sql.Tx, id string, items []*Settlement, now time.Time, policy CircuitPolicy) error {
+	var pause time.Time
+	disable := ""
+	circuitNews := false
+	for _, it := range items {
+		if it.PauseUntil.After(pause) {
+			pause = it.PauseUntil
+		}
+		if disable == "" {
+			disable = it.Disable
+		}
+		circuitNews = circuitNews || it.Circuit != CircuitNone
+	}
+	if disable != "" {
+		if err := setStateTx(ctx, tx, id, StateDisabled, disable, ms(now)); err != nil {
 			return ignoreNotFound(err)
 		}
 	}
-	switch it.Circuit {
-	case CircuitSuccess:
-		_, err := tx.ExecContext(ctx, `UPDATE limiter SET consecutive_failures = 0, circuit = 'closed', circuit_until = 0, circuit_opens = 0
-			WHERE subscriber_id = ? AND (consecutive_failures <> 0 OR circuit <> 'closed')`, it.SubscriberID)
-		return err
-	case CircuitFailure:
-		var failures, opens int
-		var circuit string
-		err := tx.QueryRowContext(ctx, `SELECT consecutive_failures, circuit, circuit_opens FROM limiter WHERE subscriber_id = ?`,
-			it.SubscriberID).Scan(&failures, &circuit, &opens)
-		if err != nil {
-			return ignoreNoRows(err)
-		}
-		failures++
-		until := int64(0)
-		// A failed probe re-opens at once; an open circuit only counts (its cool-down is running).
-		if circuit == "probing" || circuit == "closed" && policy.Threshold > 0 && failures >= policy.Threshold {
-			opens++
-			cool := policy.BaseCooldown << min(opens-1, 30)
-			if cool > policy.MaxCooldown || cool <= 0 {
-				cool = policy.MaxCooldown
-			}
-			circuit, until = "open", ms(now.Add(cool))
-		}
-		if until != 0 {
-			_, err = tx.ExecContext(ctx, `UPDATE limiter SET consecutive_failures = ?, circuit = ?, circuit_until = ?, circuit_opens = ? WHERE subscriber_id = ?`,
-				failures, circuit, until, opens, it.SubscriberID)
-		} else {
-			_, err = tx.ExecContext(ctx, `UPDATE limiter SET consecutive_failures = ? WHERE subscriber_id = ?`, failures, it.SubscriberID)
-		}
-		return err
+	if pause.IsZero() && !circuitNews {
+		return nil
 	}
-	return nil
+	var failures, opens int
+	var circuit string
+	var until, paused int64
+	err := tx.QueryRowContext(ctx, `SELECT consecutive_failures, circuit, circuit_opens, circuit_until, paused_until FROM limiter WHERE subscriber_id = ?`,
+		id).Scan(&failures, &circuit, &opens, &until, &paused)
+	if err != nil {
+		return ignoreNoRows(err)
+	}
+	paused = max(paused, ms(pause))
+	for _, it := range items {
+		switch it.Circuit {
+		case CircuitSuccess:
+			failures, circuit, until, opens = 0, "closed", 0, 0
+		case CircuitFailure:
+			failures++
+			// A failed probe re-opens at once; an open circuit only counts (its cool-down runs).
+			if circuit == "probing" || circuit == "closed" && policy.Threshold > 0 && failures >= policy.Threshold {
+				opens++
+				cool := policy.BaseCooldown << min(opens-1, 30)
+				if cool > policy.MaxCooldown || cool <= 0 {
+					cool = policy.MaxCooldown
+				}
+				circuit, until = "open", ms(now.Add(cool))
+			}
+		}
+	}
+	_, err = tx.ExecContext(ctx, `UPDATE limiter SET consecutive_failures = ?, circuit = ?, circuit_until = ?, circuit_opens = ?, paused_until = ?
+		WHERE subscriber_id = ?`, failures, circuit, until, opens, paused, id)
+	return err
 }

@@ -57,6 +57,8 @@ CREATE TABLE events (
   coalesce_key TEXT NOT NULL DEFAULT '',
   created_at   INTEGER NOT NULL
 );
+-- Retention finds old events without scanning the table.
+CREATE INDEX events_created ON events(created_at);
 
 CREATE TABLE deliveries (
   seq              INTEGER PRIMARY KEY,

@@ -1,0 +1,56 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/edgehook/edgehook/origin/store"
+)
+
+// BenchmarkDeliver measures the whole claim → send → settle cycle of one engine against an
+// in-process sink on loopback answering 200 at once: deliveries per second, to compare with the
+// loopback ceiling of the machine (DESIGN.md: ~8–25 k requests/s here).
+func BenchmarkDeliver(b *testing.B) {
+	for _, subs := range []int{1, 8} {
+		b.Run(fmt.Sprintf("subscribers=%d", subs), func(b *testing.B) {
+			ctx := context.Background()
+			st, err := store.Open(ctx, store.Options{Path: filepath.Join(b.TempDir(), "bench.db"), GlobalCap: 1 << 40, BacklogCap: 1 << 40})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			sink := newSink(b, func(w http.ResponseWriter, _ *recorded) { w.WriteHeader(200) })
+			for i := range subs {
+				if _, err := st.CreateSubscriber(ctx, store.SubscriberInput{ID: fmt.Sprintf("s%d", i), URL: sink.URL, Events: []string{"*"},
+					RatePerSec: store.MaxRatePerSec, Burst: store.MaxBurst, MaxInFlight: 64}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			events := (b.N + subs - 1) / subs
+			for i := 0; i < events; i += 256 {
+				var batch []store.EmitInput
+				for j := i; j < min(events, i+256); j++ {
+					batch = append(batch, store.EmitInput{ID: fmt.Sprintf("e%d", j), Type: "t", Body: []byte(`{"video_id":"v1","rank":3}`)})
+				}
+				if _, err := st.EmitBatch(ctx, batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			eng, err := New(st, Config{AllowNetworks: loopback, PollInterval: time.Millisecond}, nil, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			start := time.Now()
+			res, err := eng.Drain(ctx, DrainOptions{For: 5 * time.Minute, UntilIdle: true})
+			if err != nil || res.Delivered != events*subs {
+				b.Fatalf("%+v %v", res, err)
+			}
+			b.ReportMetric(float64(res.Delivered)/time.Since(start).Seconds(), "deliveries/s")
+		})
+	}
+}

@@ -13,8 +13,11 @@ edge-wasm:
 	@mkdir -p build
 	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -tags edgehook_hostmac -o $(EDGE_WASM) ./edge/cmd/wasi
 
-test-harness:
+# The end-to-end test runs bin/edgehook (mk/api.mk builds it) as separate processes; -race would
+# only instrument the test's own receivers and proxy, so it runs without.
+test-harness: bin/edgehook
 	$(GO) test -race -count=1 ./edge/harness/...
+	EDGEHOOK_BIN=$(CURDIR)/bin/edgehook $(GO) test -count=1 -timeout 6m ./edge/e2e/
 
 # Per-request cost of the relay for a 1 KB body: native core vs the WASI module in the harness,
 # same run. Writes build/bench-harness.json and prints a table.

@@ -1,0 +1,285 @@
+// Package e2e_test runs the whole path on one machine: the real edgehook binary (serve) → a
+// fault-injecting proxy → the local edge (edgehook edge local: the relay's WASI module in wazero) →
+// receivers on 127.0.0.1 that verify the Standard Webhooks signature.
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/edgehook/edgehook/edge/harness/harnesstest"
+	"github.com/edgehook/edgehook/shared/signature"
+	"github.com/edgehook/edgehook/shared/wire"
+)
+
+// Built once in TestMain.
+var edgehookBin, wasmPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "edgehook-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := 1
+	if err := build(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	} else {
+		code = m.Run()
+		if code == 0 {
+			if err := goleak.Find(); err != nil {
+				fmt.Fprintln(os.Stderr, "goleak:", err)
+				code = 1
+			}
+		}
+	}
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// build compiles the relay module, and the binary unless EDGEHOOK_BIN names one (make passes
+// bin/edgehook, just built). The flags are those of `make build`, so both share go's build cache.
+func build(dir string) error {
+	var err error
+	if wasmPath, err = harnesstest.BuildWASM(dir, harnesstest.HostMACTag); err != nil {
+		return err
+	}
+	if edgehookBin = os.Getenv("EDGEHOOK_BIN"); edgehookBin != "" {
+		_, err := os.Stat(edgehookBin)
+		return err
+	}
+	edgehookBin = filepath.Join(dir, "edgehook")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", edgehookBin, "github.com/edgehook/edgehook/origin/cmd/edgehook")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build edgehook: %v\n%s", err, out)
+	}
+	return nil
+}
+
+const (
+	events      = 1000
+	subscribers = 5
+	eventType   = "video.rank_updated"
+	edgeSecret  = "whsec_AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE="
+	// deadline bounds the whole delivery; the test fails rather than wait longer.
+	deadline = 3 * time.Minute
+)
+
+// receiver is a subscriber endpoint that verifies every request's Standard Webhooks signature and
+// counts each webhook-id it accepts.
+type receiver struct {
+	srv    *httptest.Server
+	secret atomic.Pointer[signature.Secret]
+
+	mu       sync.Mutex
+	seen     map[string]int
+	bad      []string
+	complete chan struct{} // closed when every event arrived
+}
+
+func newReceiver(t *testing.T) *receiver {
+	r := &receiver{seen: map[string]int{}, complete: make(chan struct{})}
+	r.srv = httptest.NewServer(http.HandlerFunc(r.serve))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(req.Body)
+	id := req.Header.Get(wire.HeaderWebhookID)
+	secret := r.secret.Load()
+	if err == nil && secret != nil {
+		err = signature.Verify([]signature.Secret{*secret}, id, req.Header.Get(wire.HeaderWebhookTimestamp),
+			req.Header.Get(wire.HeaderWebhookSignature), body, time.Now(), signature.DefaultTolerance)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil || secret == nil {
+		r.bad = append(r.bad, fmt.Sprintf("%s: %v", id, err))
+		http.Error(w, "bad signature", http.StatusUnauthorized)
+		return
+	}
+	r.seen[id]++
+	if r.seen[id] == 1 && len(r.seen) == events {
+		close(r.complete)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// cutProxy sits between the origin and the edge. Armed, it lets one request through to the edge
+// and then cuts the connection instead of answering: the subscriber has answered 2xx and the edge
+// has written its dedup mark, but the origin sees a broken connection and must retry.
+type cutProxy struct {
+	edge   string
+	client *http.Client
+	armed  atomic.Bool
+
+	mu      sync.Mutex
+	cut     string   // the delivery whose answer was cut
+	after   []string // outcomes of later requests for that delivery
+	retried chan struct{}
+}
+
+func (p *cutProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
+	req, err := http.NewRequestWithContext(r.Context(), r.Method, p.edge+r.URL.RequestURI(), bytes.NewReader(body))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	req.Header = r.Header.Clone()
+	resp, err := p.client.Do(req)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	respBody, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	delivery, outcome := r.Header.Get(wire.HeaderDeliveryID), resp.Header.Get(wire.HeaderOutcome)
+	if resp.StatusCode/100 == 2 && outcome == string(wire.OutcomeForwarded) && p.armed.CompareAndSwap(true, false) {
+		p.mu.Lock()
+		p.cut = delivery
+		p.mu.Unlock()
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+		return
+	}
+	p.mu.Lock()
+	if delivery != "" && delivery == p.cut {
+		p.after = append(p.after, outcome)
+		if outcome == string(wire.OutcomeDuplicate) {
+			close(p.retried)
+		}
+	}
+	p.mu.Unlock()
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = w.Write(respBody)
+}
+
+func TestEndToEnd(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "edgehook.db")
+
+	// Subscribers in edge mode, each with its own receiver; the receiver learns its secret from
+	// the one-time output of `subscribers add`.
+	receivers := make([]*receiver, subscribers)
+	for i := range receivers {
+		receivers[i] = newReceiver(t)
+		var sub struct {
+			ID     string `json:"id"`
+			Secret string `json:"secret"`
+		}
+		mustJSON(t, run(t, "--db", db, "subscribers", "add", "--id", fmt.Sprintf("sub_%d", i), "--url", receivers[i].srv.URL+"/hook",
+			"--events", "video.*", "--mode", "edge", "--rate", "1000", "--burst", "1000", "--max-in-flight", "16"), &sub)
+		secret, err := signature.ParseSecret(sub.Secret)
+		if err != nil {
+			t.Fatalf("subscriber %s: secret: %v", sub.ID, err)
+		}
+		receivers[i].secret.Store(&secret)
+	}
+	kvFile := filepath.Join(dir, "subscribers.json")
+	run(t, "--db", db, "edge", "export-kv", "--out", kvFile)
+
+	_, edgeAddr := start(t, "edge", "local edge listening", "edge", "local", "--listen", "127.0.0.1:0", "--kv", kvFile,
+		"--wasm", wasmPath, "--edge-secret", edgeSecret)
+	proxy := &cutProxy{edge: "http://" + edgeAddr, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}, retried: make(chan struct{})}
+	proxy.armed.Store(true)
+	proxySrv := httptest.NewServer(proxy)
+	t.Cleanup(proxy.client.CloseIdleConnections)
+	t.Cleanup(proxySrv.Close)
+
+	_, apiAddr := start(t, "origin", "serving", "--db", db, "serve", "--listen", "127.0.0.1:0",
+		"--edge-url", proxySrv.URL+"/", "--edge-secret", edgeSecret, "--backoff-base", "100ms", "--backoff-cap", "1s", "--poll-interval", "100ms")
+
+	emit(t, "http://"+apiAddr)
+
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	for i, r := range receivers {
+		select {
+		case <-r.complete:
+		case <-ctx.Done():
+			r.mu.Lock()
+			t.Fatalf("sub_%d received %d of %d events within %s (%d rejected)", i, len(r.seen), events, deadline, len(r.bad))
+		}
+	}
+	select {
+	case <-proxy.retried:
+	case <-ctx.Done():
+		proxy.mu.Lock()
+		t.Fatalf("the origin did not retry the cut delivery %q (later outcomes %q)", proxy.cut, proxy.after)
+	}
+
+	for i, r := range receivers {
+		r.mu.Lock()
+		if len(r.bad) > 0 {
+			t.Errorf("sub_%d rejected %d requests, first: %s", i, len(r.bad), r.bad[0])
+		}
+		for id, n := range r.seen {
+			if n != 1 {
+				t.Errorf("sub_%d received %s %d times, want once", i, id, n)
+			}
+		}
+		r.mu.Unlock()
+	}
+	proxy.mu.Lock()
+	t.Logf("cut the edge's answer for delivery %s; the origin's retries got %q", proxy.cut, proxy.after)
+	proxy.mu.Unlock()
+}
+
+// emit posts the events in batches through the API; each event's id is its webhook-id.
+func emit(t *testing.T, api string) {
+	t.Helper()
+	const batch = 250
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	for start := 0; start < events; start += batch {
+		type event struct {
+			ID   string          `json:"id"`
+			Type string          `json:"type"`
+			Data json.RawMessage `json:"data"`
+		}
+		var req struct {
+			Events []event `json:"events"`
+		}
+		for i := start; i < start+batch; i++ {
+			data := fmt.Sprintf(`{"video_id":"v%d","rank":%d,"pad":%q}`, i, i%100, strings.Repeat("x", 200))
+			req.Events = append(req.Events, event{ID: "evt_" + strconv.Itoa(i), Type: eventType, Data: json.RawMessage(data)})
+		}
+		body, _ := json.Marshal(req)
+		resp, err := client.Post(api+"/v1/events/batch", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("POST /v1/events/batch: %d %s", resp.StatusCode, msg)
+		}
+	}
+}

@@ -4,6 +4,7 @@
 package e2e_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -281,5 +282,60 @@ func emit(t *testing.T, api string) {
 		if resp.StatusCode != http.StatusAccepted {
 			t.Fatalf("POST /v1/events/batch: %d %s", resp.StatusCode, msg)
 		}
+	}
+}
+
+// TestDev runs `edgehook dev` (what `make run` starts) and waits for every sample delivery to be
+// printed as received and verified: three events to the Standard Webhooks sample, the one
+// video.trending to the legacy sample.
+func TestDev(t *testing.T) {
+	cmd := exec.Command(edgehookBin, "--db", filepath.Join(t.TempDir(), "dev.db"), "--log-level", "warn",
+		"dev", "--listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0", "--wasm", wasmPath)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"sample-standard": 3, "sample-legacy": 1}
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	timeout := time.After(time.Minute)
+	var seen []string
+	for remaining := 4; remaining > 0; {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("dev exited early:\n%s\n%s", strings.Join(seen, "\n"), stderr.String())
+			}
+			seen = append(seen, line)
+			f := strings.Fields(line)
+			if len(f) >= 2 && f[0] == "received" && want[f[1]] > 0 {
+				if !strings.Contains(line, "signature verified") {
+					t.Fatalf("a sample receiver rejected a delivery: %s", line)
+				}
+				want[f[1]]--
+				remaining--
+			}
+		case <-timeout:
+			t.Fatalf("missing deliveries %v after a minute:\n%s\n%s", want, strings.Join(seen, "\n"), stderr.String())
+		}
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	for range lines { // drain until dev closes its output
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("dev after Ctrl-C: %v\n%s", err, stderr.String())
 	}
 }

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/edgehook/edgehook/edge/harness"
+	"github.com/edgehook/edgehook/edge/relay"
+	"github.com/edgehook/edgehook/origin/api"
+	"github.com/edgehook/edgehook/origin/engine"
+	"github.com/edgehook/edgehook/origin/store"
+	"github.com/edgehook/edgehook/shared/signature"
+	"github.com/edgehook/edgehook/shared/wire"
+)
+
+// Defaults of dev.
+const (
+	DefaultDevListen     = "127.0.0.1:8080"
+	DefaultDevEdgeListen = "127.0.0.1:8787"
+)
+
+// sample is one sample subscriber of `edgehook dev`, served by a local receiver.
+type sample struct {
+	id, legacyPrefix string
+	events           []string
+}
+
+var samples = []sample{
+	{id: "sample-standard", events: []string{"video.*"}},
+	{id: "sample-legacy", legacyPrefix: "VVV", events: []string{"video.trending"}},
+}
+
+// sampleEvents are emitted once everything runs.
+var sampleEvents = []struct{ typ, data string }{
+	{"video.trending", `{"video_id":"v42","title":"Cats in space","rank":1}`},
+	{"video.rank_updated", `{"video_id":"v42","rank":2}`},
+	{"video.rank_updated", `{"video_id":"v7","rank":9}`},
+}
+
+func init() {
+	var listen, edgeListen, wasm string
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run the whole path on this machine: API, engine, local edge and sample receivers",
+		Long: `Dev runs, in one process and with no Cloudflare account: the HTTP API and the delivery engine on
+the database file (--db), the edge relay as a WASI module in wazero (what ` + "`edge local`" + ` runs), and
+local receivers for two sample subscribers in edge mode — one verifying Standard Webhooks
+signatures, one the legacy X-VVV-Signature profile. It emits a few sample events, prints each
+delivery as it arrives, and runs until Ctrl-C; emit more with curl against --listen.`,
+		Example: `  make run
+  edgehook dev --db build/dev.db
+  curl -X POST http://127.0.0.1:8080/v1/events -d '{"type":"video.trending","data":{"video_id":"v1"}}'`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(os.Stderr)
+			if err != nil {
+				return err
+			}
+			return runDev(cmd.Context(), cmd.OutOrStdout(), log, listen, edgeListen, wasm)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", DefaultDevListen, "address of the HTTP API (host:port)")
+	f.StringVar(&edgeListen, "edge-listen", DefaultDevEdgeListen, "address of the local edge (host:port)")
+	f.StringVar(&wasm, "wasm", harness.DefaultWASMPath, "the relay module `FILE` ('make edge-wasm' builds it)")
+	rootCmd.AddCommand(cmd)
+}
+
+func runDev(ctx context.Context, out io.Writer, log *slog.Logger, listen, edgeListen, wasm string) error {
+	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
+	st, err := openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	var servers sync.WaitGroup
+	defer servers.Wait()
+	srvCtx, stopServers := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServers()
+
+	// Receivers first: the subscribers' URLs name their ports.
+	for _, s := range samples {
+		rcv := &receiver{sample: s, say: say}
+		url, err := serveOn(srvCtx, &servers, "127.0.0.1:0", rcv)
+		if err != nil {
+			return err
+		}
+		sub, err := upsertSample(ctx, st, s, url+"/webhooks")
+		if err != nil {
+			return err
+		}
+		rcv.sub.Store(sub)
+	}
+
+	edgeSecret, err := signature.NewSecret()
+	if err != nil {
+		return err
+	}
+	edge, err := harness.New(ctx, harness.Config{WASMPath: wasm, Relay: relay.Config{
+		Secrets: []signature.Secret{edgeSecret}, Tolerance: relay.DefaultTolerance, DedupTTL: relay.DefaultDedupTTL, MaxBody: relay.DefaultMaxBody,
+	}}, log)
+	if err != nil {
+		return err
+	}
+	defer edge.Close(context.WithoutCancel(ctx))
+	kv, err := exportKV(ctx, st, false)
+	if err != nil {
+		return err
+	}
+	entries, err := wire.DecodeBulk(kv)
+	if err != nil {
+		return err
+	}
+	edge.Subscribers().LoadBulk(entries)
+	edgeURL, err := serveOn(srvCtx, &servers, edgeListen, edge.Handler())
+	if err != nil {
+		return fmt.Errorf("--edge-listen: %w", err)
+	}
+	say("edge      %s  (the relay core as a WASI module in wazero; %d subscriber records)", edgeURL, len(entries))
+
+	eng, err := engine.New(st, engine.Config{EdgeURL: edgeURL + "/", EdgeSecrets: []signature.Secret{edgeSecret},
+		PollInterval: 100 * time.Millisecond, Version: Version()}, log, nil)
+	if err != nil {
+		return err
+	}
+	if err := eng.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	defer eng.Stop(context.WithoutCancel(ctx))
+	apiSrv, err := api.New(api.Options{Store: st, BodyLimit: int64(global.bodyLimit), Logger: log, Registry: newRegistry()})
+	if err != nil {
+		return err
+	}
+	apiURL, err := serveOn(srvCtx, &servers, listen, apiSrv)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	say("api       %s  (database %s)", apiURL, global.db)
+
+	for _, e := range sampleEvents {
+		if err := emitSample(ctx, apiURL, e.typ, e.data); err != nil {
+			return err
+		}
+		say("emitted   %s %s", e.typ, e.data)
+	}
+	say("Deliveries appear below. Emit more with:\n  curl -X POST %s/v1/events -d '{\"type\":\"video.trending\",\"data\":{\"video_id\":\"v1\"}}'\nCtrl-C stops.", apiURL)
+	<-ctx.Done()
+	say("stopping")
+	return nil
+}
+
+// serveOn serves h on addr until ctx ends and returns its base URL.
+func serveOn(ctx context.Context, wg *sync.WaitGroup, addr string, h http.Handler) (string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	wg.Go(func() { _ = srv.Serve(ln) })
+	wg.Go(func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	})
+	return "http://" + ln.Addr().String(), nil
+}
+
+// upsertSample creates the sample subscriber, or points the existing one at this run's receiver.
+func upsertSample(ctx context.Context, st *store.Store, s sample, url string) (*store.Subscriber, error) {
+	mode := store.ModeEdge
+	sub, err := st.UpdateSubscriber(ctx, s.id, store.SubscriberPatch{URL: &url, Mode: &mode})
+	if !errors.Is(err, store.ErrNotFound) {
+		return sub, err
+	}
+	in := store.SubscriberInput{ID: s.id, URL: url, Events: s.events, Mode: mode, Profile: store.ProfileStandard}
+	if s.legacyPrefix != "" {
+		in.Profile, in.LegacyPrefix = store.ProfileLegacy, s.legacyPrefix
+	}
+	return st.CreateSubscriber(ctx, in)
+}
+
+func emitSample(ctx context.Context, apiURL, typ, data string) error {
+	body := fmt.Sprintf(`{"type":%q,"data":%s}`, typ, data)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, apiURL+"/v1/events", bytes.NewBufferString(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return fmt.Errorf("emit %s: %s: %s", typ, resp.Status, msg)
+	}
+	return nil
+}
+
+// receiver is a sample subscriber's endpoint: it verifies the signature of its profile and prints
+// what arrived.
+type receiver struct {
+	sample
+	sub atomic.Pointer[store.Subscriber]
+	say func(format string, args ...any)
+}
+
+func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))
+	sub := r.sub.Load()
+	if err == nil && sub == nil {
+		err = errors.New("subscriber not set up yet")
+	}
+	if err == nil {
+		err = r.verify(sub, req.Header, body)
+	}
+	if err != nil {
+		r.say("received  %-16s REJECTED: %v", r.id, err)
+		http.Error(w, err.Error(), http.StatusUnauthorized)
+		return
+	}
+	id := req.Header.Get(wire.HeaderWebhookID)
+	if r.legacyPrefix != "" {
+		id = "(legacy profile carries no id)"
+	}
+	r.say("received  %-16s %s  signature verified  %s", r.id, id, body)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (r *receiver) verify(sub *store.Subscriber, h http.Header, body []byte) error {
+	now := time.Now()
+	if r.legacyPrefix == "" {
+		return signature.Verify(sub.ActiveSecrets(now), h.Get(wire.HeaderWebhookID), h.Get(wire.HeaderWebhookTimestamp),
+			h.Get(wire.HeaderWebhookSignature), body, now, signature.DefaultTolerance)
+	}
+	secret, ok := sub.LegacySecret(now)
+	if !ok {
+		return errors.New("no legacy secret")
+	}
+	tsHeader, sigHeader := signature.LegacyHeaders(r.legacyPrefix)
+	ts, err := strconv.ParseInt(h.Get(tsHeader), 10, 64)
+	if err != nil {
+		return fmt.Errorf("%s: %v", tsHeader, err)
+	}
+	if !hmac.Equal([]byte(h.Get(sigHeader)), []byte(signature.SignLegacy(secret, ts, body))) {
+		return fmt.Errorf("%s does not match", sigHeader)
+	}
+	return nil
+}

@@ -65,6 +65,7 @@ func (s *Store) emit(ctx context.Context, ins []EmitInput, field string) ([]Emit
 	req := &emitReq{events: ins, done: make(chan struct{})}
 	select {
 	case s.emits <- req:
+		s.enqueued.Add(1)
 	case <-s.stop:
 		return nil, ErrClosed
 	case <-ctx.Done():

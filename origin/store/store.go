@@ -130,6 +130,7 @@ type Store struct {
 
 	counters Counters
 	commits  atomic.Int64 // group-commit transactions, for tests
+	enqueued atomic.Int64 // emit requests handed to the committer, for tests
 }
 
 // Open opens (creating if needed) the database at opts.Path, applies pending migrations and starts

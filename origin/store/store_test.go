@@ -373,6 +373,7 @@ func TestGroupCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer tx.Rollback() // also on failure, so Close does not wait forever
 	const n = 40
 	errs := make(chan error, n)
 	for i := range n {
@@ -381,11 +382,12 @@ func TestGroupCommit(t *testing.T) {
 			errs <- err
 		}()
 	}
-	// One request is inside the committer (blocked on the connection); wait for the rest to queue.
-	deadline := time.Now().Add(10 * time.Second)
-	for len(s.emits) < n-1 {
+	// Wait until every emit is handed to the committer, which is blocked on the connection with
+	// the first group (one request or more, depending on scheduling).
+	deadline := time.Now().Add(30 * time.Second)
+	for s.enqueued.Load() < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("only %d emits queued", len(s.emits))
+			t.Fatalf("only %d emits queued", s.enqueued.Load())
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -396,8 +398,8 @@ func TestGroupCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := s.commits.Load() - before; got != 2 {
-		t.Fatalf("%d emits took %d transactions, want 2 (the first alone, then the rest together)", n, got)
+	if got := s.commits.Load() - before; got > 2 {
+		t.Fatalf("%d emits took %d transactions, want at most 2 (the group waiting on the lock, then the rest together)", n, got)
 	}
 	if c := counts(t, s, "a"); c[StatusPending] != n {
 		t.Fatalf("pending = %d, want %d", c[StatusPending], n)

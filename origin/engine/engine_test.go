@@ -306,6 +306,23 @@ func TestDrainIdleAndStopIdempotent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A daemon whose context is cancelled stops by itself; Stop then just returns.
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := e.eng.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.eng.mu.Lock()
+	stopped := e.eng.stopped
+	e.eng.mu.Unlock()
+	cancel()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the daemon did not stop when its context was cancelled")
+	}
+	if err := e.eng.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.eng.Drain(context.Background(), DrainOptions{For: -1}); err == nil {
 		t.Fatal("negative For accepted")
 	}

@@ -100,7 +100,11 @@ func (r *run) loop(ctx context.Context, daemon bool) {
 
 // shutdown waits for sends up to the grace, cancels the rest and waits for the completer.
 func (r *run) shutdown() {
-	grace := <-r.grace
+	grace := r.e.cfg.StopGrace // the daemon's ctx was cancelled without a Stop
+	select {
+	case grace = <-r.grace:
+	default:
+	}
 	done := make(chan struct{})
 	go func() {
 		r.sends.Wait()

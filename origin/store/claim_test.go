@@ -25,9 +25,9 @@ func done(c Claimed, r Result) Settlement {
 
 func emitN(t testing.TB, s *Store, prefix string, n int) {
 	t.Helper()
-	for i := 0; i < n; i += maxGroupEvents {
+	for i := 0; i < n; i += MaxBatchEvents {
 		var batch []EmitInput
-		for j := i; j < min(n, i+maxGroupEvents); j++ {
+		for j := i; j < min(n, i+MaxBatchEvents); j++ {
 			batch = append(batch, EmitInput{ID: fmt.Sprintf("%s-%d", prefix, j), Type: prefix + ".t", Body: []byte(`{}`)})
 		}
 		if _, err := s.EmitBatch(context.Background(), batch); err != nil {

@@ -46,8 +46,8 @@ func (s *Store) EmitBatch(ctx context.Context, ins []EmitInput) ([]EmitResult, e
 	if len(ins) == 0 {
 		return nil, fieldErrf("events", "at least one event is required")
 	}
-	if len(ins) > maxGroupEvents {
-		return nil, fieldErrf("events", "%d events, at most %d per batch", len(ins), maxGroupEvents)
+	if len(ins) > MaxBatchEvents {
+		return nil, fieldErrf("events", "%d events, at most %d per batch", len(ins), MaxBatchEvents)
 	}
 	return s.emit(ctx, ins, "events")
 }
@@ -122,10 +122,10 @@ func (s *Store) commitLoop() {
 	}
 }
 
-// gather collects the requests already waiting behind first, up to maxGroupEvents events.
+// gather collects the requests already waiting behind first, up to MaxBatchEvents events.
 func (s *Store) gather(first *emitReq) []*emitReq {
 	group, n := []*emitReq{first}, len(first.events)
-	for n < maxGroupEvents {
+	for n < MaxBatchEvents {
 		select {
 		case r := <-s.emits:
 			group, n = append(group, r), n+len(r.events)

@@ -42,8 +42,9 @@ const (
 	DefaultReaders      = 4
 	// DefaultQueueFullRetry is the retry delay suggested when the global cap is reached.
 	DefaultQueueFullRetry = 30 * time.Second
-	// maxGroupEvents bounds how many events one group-commit transaction carries.
-	maxGroupEvents = 512
+	// MaxBatchEvents bounds an EmitBatch, and how many events one group-commit transaction
+	// carries.
+	MaxBatchEvents = 512
 )
 
 // Options configure Open. Zero fields take the defaults.
@@ -154,7 +155,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
-	s := &Store{opts: opts, w: w, emits: make(chan *emitReq, maxGroupEvents), wake: make(chan struct{}, 1),
+	s := &Store{opts: opts, w: w, emits: make(chan *emitReq, MaxBatchEvents), wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	if err := s.Migrate(ctx); err != nil {
 		w.Close()

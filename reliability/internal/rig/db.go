@@ -122,12 +122,13 @@ type Attempt struct {
 	Status  int
 	Outcome string
 	Error   string
+	Excerpt string
 }
 
 // Attempts returns the attempts of the deliveries of an event to a subscriber, oldest first.
 func (d *DB) Attempts(t testing.TB, eventID, subscriberID string) []Attempt {
 	t.Helper()
-	rows, err := d.db.Query(`SELECT a.status, a.outcome, a.error FROM attempts a
+	rows, err := d.db.Query(`SELECT a.status, a.outcome, a.error, a.excerpt FROM attempts a
 		JOIN deliveries d ON d.seq = a.delivery_seq JOIN events e ON e.seq = d.event_seq
 		WHERE e.id = ? AND d.subscriber_id = ? ORDER BY a.id`, eventID, subscriberID)
 	if err != nil {
@@ -137,7 +138,7 @@ func (d *DB) Attempts(t testing.TB, eventID, subscriberID string) []Attempt {
 	var out []Attempt
 	for rows.Next() {
 		var a Attempt
-		if err := rows.Scan(&a.Status, &a.Outcome, &a.Error); err != nil {
+		if err := rows.Scan(&a.Status, &a.Outcome, &a.Error, &a.Excerpt); err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, a)
@@ -172,6 +173,16 @@ func (d *DB) SubscriberState(t testing.TB, id string) string {
 	t.Helper()
 	var s string
 	if err := d.db.QueryRow(`SELECT state FROM subscribers WHERE id = ?`, id).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// Circuit returns a subscriber's circuit breaker state (closed, open or probing).
+func (d *DB) Circuit(t testing.TB, id string) string {
+	t.Helper()
+	var s string
+	if err := d.db.QueryRow(`SELECT circuit FROM limiter WHERE subscriber_id = ?`, id).Scan(&s); err != nil && err != sql.ErrNoRows {
 		t.Fatal(err)
 	}
 	return s

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgehook/edgehook/origin/internal/testclock"
 	"github.com/edgehook/edgehook/origin/store"
 	"github.com/edgehook/edgehook/shared/wire"
 )
@@ -109,7 +110,7 @@ func TestCrashMidDrain(t *testing.T) {
 	cmd.Wait()
 	close(release)
 
-	clk := &clock{t: time.Now().Add(crashLease + time.Second)}
+	clk := testclock.New(time.Now().Add(crashLease + time.Second))
 	st, err = store.Open(ctx, store.Options{Path: path, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)

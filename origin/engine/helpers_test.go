@@ -14,6 +14,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/edgehook/edgehook/origin/internal/testclock"
+
 	"github.com/edgehook/edgehook/origin/store"
 )
 
@@ -27,25 +29,10 @@ func TestMain(m *testing.M) {
 // loopback is the allow-list every test needs: sinks listen on 127.0.0.1.
 var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
 
-// clock is a settable clock shared by a test's store and engine.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// clock is the settable clock shared by a test's store and engine.
+type clock = testclock.Clock
 
-func newClock() *clock { return &clock{t: time.Now().Truncate(time.Second)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func newClock() *clock { return testclock.New(time.Now().Truncate(time.Second)) }
 
 // env is one test's database, clock and engine.
 type env struct {

@@ -5,36 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/edgehook/edgehook/origin/internal/testclock"
 
 	"github.com/edgehook/edgehook/shared/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// clock is a settable clock shared by a test's store and claims.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// clock is the settable clock shared by a test's store and engine.
+type clock = testclock.Clock
 
-func newClock() *clock { return &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func newClock() *clock { return testclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)) }
 
 // open opens a fresh store in t.TempDir() exactly as production does, with a fake clock.
 func open(t testing.TB, opts Options) (*Store, *clock) {

@@ -85,7 +85,11 @@ func (r *run) loop(ctx context.Context, daemon bool) {
 			r.count(func(d *DrainResult) { d.Idle = true })
 			break
 		}
-		poll.Reset(r.e.cfg.PollInterval)
+		wait := r.e.cfg.PollInterval
+		if res.NextToken > 0 {
+			wait = min(wait, res.NextToken)
+		}
+		poll.Reset(wait)
 		select {
 		case <-poll.C:
 		case <-r.e.st.Wake():

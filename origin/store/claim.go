@@ -36,6 +36,9 @@ type ClaimResult struct {
 	// Waiting is true when some active subscriber has due deliveries that its token bucket or
 	// in-flight cap kept back: a drain "until idle" is not idle yet.
 	Waiting bool
+	// NextToken, when not zero, is how soon the token bucket of such a subscriber has its next
+	// token: claiming again then keeps the rate precise without polling fast.
+	NextToken time.Duration
 }
 
 // candidate is a subscriber that may be claimed for, with its budget.
@@ -47,6 +50,20 @@ type candidate struct {
 	probe     bool
 	taken     int
 	exhausted bool
+	byTokens  bool // the budget is the bucket's, not the in-flight cap's
+}
+
+// held notes that c has due work it could not take, and when its bucket has the next token.
+func (c *candidate) held(res *ClaimResult) {
+	res.Waiting = true
+	if !c.byTokens || c.rate <= 0 {
+		return
+	}
+	wait := time.Duration((1 - (c.tokens - float64(c.taken))) / c.rate * float64(time.Second))
+	wait = max(wait, time.Millisecond)
+	if res.NextToken == 0 || wait < res.NextToken {
+		res.NextToken = wait
+	}
 }
 
 // Claim leases up to p.Limit due deliveries in one write transaction:
@@ -104,17 +121,19 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 		}
 		for _, c := range cands {
 			if c.taken == 0 {
-				if c.budget == 0 && !res.Waiting {
+				if c.budget == 0 && (c.byTokens || !res.Waiting) {
 					due, err := hasDue(ctx, tx, c.id, now)
 					if err != nil {
 						return err
 					}
-					res.Waiting = due
+					if due {
+						c.held(&res)
+					}
 				}
 				continue
 			}
 			if !c.exhausted && c.taken == c.budget {
-				res.Waiting = true // limited, maybe more due
+				c.held(&res) // limited, maybe more due
 			}
 			circuit, circuitUntil := "", int64(0)
 			if c.probe {
@@ -170,6 +189,7 @@ func claimCandidates(ctx context.Context, tx *sql.Tx, now int64) ([]*candidate, 
 		elapsed := math.Max(0, float64(now-refilledAt)/1000)
 		c.tokens = math.Min(float64(burst), c.tokens+c.rate*elapsed)
 		c.budget = max(0, min(int(math.Floor(c.tokens)), maxInFlight-int(leased)))
+		c.byTokens = int(math.Floor(c.tokens)) < maxInFlight-int(leased)
 		if circuit != "closed" {
 			c.probe = true
 			c.budget = min(c.budget, 1)

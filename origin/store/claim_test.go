@@ -100,6 +100,11 @@ func TestClaimTokenBucket(t *testing.T) {
 	if total != 12 {
 		t.Fatalf("claimed %d in 4.75 s, want 12 (burst 3 + 2/s)", total)
 	}
+	// At 5 s the bucket has allowed 13: one more, and it is empty, the next token 500 ms away.
+	res := claim(t, s, clk.Now(), 100)
+	if len(res.Deliveries) != 1 || !res.Waiting || res.NextToken != 500*time.Millisecond {
+		t.Fatalf("claimed %d, waiting %v, next token in %s; want 1, true, 500ms", len(res.Deliveries), res.Waiting, res.NextToken)
+	}
 }
 
 func TestClaimInFlightCapAndPause(t *testing.T) {

@@ -10,8 +10,11 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 
+	"github.com/edgehook/edgehook/edge/relay"
 	"github.com/edgehook/edgehook/shared/signature"
 )
 
@@ -221,6 +224,28 @@ func (s *Suite) check() error {
 		}
 	}
 	return nil
+}
+
+// RelayConfig is the suite's edge configuration as a relay.Config.
+func (s *Suite) RelayConfig() (relay.Config, error) {
+	secrets, err := s.SecretsNamed(s.Config.Secrets)
+	if err != nil {
+		return relay.Config{}, err
+	}
+	return relay.Config{
+		Secrets:   secrets,
+		Tolerance: time.Duration(s.Config.ToleranceSeconds) * time.Second,
+		DedupTTL:  time.Duration(s.Config.DedupTTLSeconds) * time.Second,
+		MaxBody:   s.Config.MaxBodyBytes,
+	}, nil
+}
+
+// ValueAt is the seed's value for a runner whose clock reads now.
+func (k KVSeed) ValueAt(now time.Time) string {
+	if k.NowOffsetMS != nil {
+		return strconv.FormatInt(now.UnixMilli()+*k.NowOffsetMS, 10)
+	}
+	return k.Value
 }
 
 // SubscriberValue returns the KV value for a seed, with the URL placeholders replaced.

@@ -3,7 +3,6 @@ package conformance_test
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -38,15 +37,9 @@ func TestNative(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	secrets, err := suite.SecretsNamed(suite.Config.Secrets)
+	cfg, err := suite.RelayConfig()
 	if err != nil {
 		t.Fatal(err)
-	}
-	cfg := relay.Config{
-		Secrets:   secrets,
-		Tolerance: time.Duration(suite.Config.ToleranceSeconds) * time.Second,
-		DedupTTL:  time.Duration(suite.Config.DedupTTLSeconds) * time.Second,
-		MaxBody:   suite.Config.MaxBodyBytes,
 	}
 	sub, err := conformance.StartSubscriber()
 	if err != nil {
@@ -77,11 +70,7 @@ func runNative(t *testing.T, suite *conformance.Suite, sc *conformance.Scenario,
 		_ = subs.Put(ctx, "sub:"+id, conformance.SubscriberValue(seed, sub.URL(), down), 0)
 	}
 	for _, kv := range sc.Dedup {
-		v := kv.Value
-		if kv.NowOffsetMS != nil {
-			v = strconv.FormatInt(clk.Now().UnixMilli()+*kv.NowOffsetMS, 10)
-		}
-		_ = dedup.Put(ctx, kv.Key, v, 0)
+		_ = dedup.Put(ctx, kv.Key, kv.ValueAt(clk.Now()), 0)
 	}
 	r, err := relay.New(cfg, relay.Deps{Subscribers: subs, Dedup: dedup, Upstream: upstream, Clock: clk, ConcurrentKV: concurrentKV})
 	if err != nil {

@@ -6,7 +6,7 @@ import { readFileSync, statSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { gzipSync } from "node:zlib";
 import { Miniflare } from "miniflare";
-import { buildRequest, compatibilityDate, loadSuite, root, startSubscriber, suiteVars, workerDir } from "./lib.mjs";
+import { bundleOptions, buildRequest, compatibilityDate, loadSuite, quiet, root, startSubscriber, suiteVars, workerDir } from "./lib.mjs";
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 10);
 const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 100); // per worker, per round, per concurrency level
@@ -21,18 +21,9 @@ const vars = suiteVars(suite);
 const shared = { kvNamespaces: { SUBSCRIBERS: "subscribers", DEDUP: "dedup" }, bindings: vars, compatibilityDate: compatibilityDate() };
 const mf = new Miniflare({
   cf: false,
+  handleRuntimeStdio: quiet,
   workers: [
-    {
-      ...shared,
-      name: "go",
-      scriptPath: path.join(workerDir, "index.mjs"),
-      modulesRoot: workerDir,
-      modules: true,
-      modulesRules: [
-        { type: "ESModule", include: ["**/*.mjs", "**/*.js"] },
-        { type: "CompiledWasm", include: ["**/*.wasm"] },
-      ],
-    },
+    { ...bundleOptions(), ...shared, name: "go" },
     { ...shared, name: "js", scriptPath: path.join(root, "edge/workerd/jsrelay.mjs"), modules: true },
   ],
 });

@@ -23,28 +23,35 @@ export function compatibilityDate() {
   return m[1];
 }
 
-const modulesRules = [
-  { type: "ESModule", include: ["**/*.mjs", "**/*.js"] },
-  { type: "CompiledWasm", include: ["**/*.wasm"] },
-];
-
-/** Starts the real bundle (build/worker, from `make worker`) in workerd with in-memory KV. */
-export function startWorker(vars) {
-  return new Miniflare({
-    name: "edgehook-edge",
+/** Miniflare options that load the real bundle (build/worker, from `make worker`). */
+export function bundleOptions() {
+  return {
     scriptPath: path.join(workerDir, "index.mjs"),
     modulesRoot: workerDir,
     modules: true,
-    modulesRules,
+    modulesRules: [
+      { type: "ESModule", include: ["**/*.mjs", "**/*.js"] },
+      { type: "CompiledWasm", include: ["**/*.wasm"] },
+    ],
     compatibilityDate: compatibilityDate(),
+  };
+}
+
+/** Discards the Worker's console output (it logs each rejection, for `wrangler tail`). */
+export function quiet(stdout, stderr) {
+  stdout.resume();
+  stderr.resume();
+}
+
+/** Starts the real bundle in workerd with in-memory KV and the given vars. */
+export function startWorker(vars) {
+  return new Miniflare({
+    ...bundleOptions(),
+    name: "edgehook-edge",
     kvNamespaces: ["SUBSCRIBERS", "DEDUP"],
     bindings: vars,
     cf: false,
-    // The Worker logs each rejection (console.log, for `wrangler tail`); the tests check bodies.
-    handleRuntimeStdio(stdout, stderr) {
-      stdout.resume();
-      stderr.resume();
-    },
+    handleRuntimeStdio: quiet,
   });
 }
 

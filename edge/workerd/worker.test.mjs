@@ -10,7 +10,7 @@ import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { promisify } from "node:util";
 import { Miniflare } from "miniflare";
-import { buildRequest, compatibilityDate, loadSuite, root, startSubscriber, startWorker, suiteVars, workerDir } from "./lib.mjs";
+import { bundleOptions, buildRequest, loadSuite, quiet, root, startSubscriber, startWorker, suiteVars } from "./lib.mjs";
 
 const run = promisify(execFile);
 const suite = loadSuite();
@@ -45,18 +45,12 @@ test("a KV bulk file from the Go encoder, loaded by wrangler kv bulk put, makes 
     const ids = await wranglerKVIds();
     assert.ok(ids.SUBSCRIBERS && ids.DEDUP, `wrangler.toml KV ids: ${JSON.stringify(ids)}`);
     mf = new Miniflare({
-      scriptPath: path.join(workerDir, "index.mjs"),
-      modulesRoot: workerDir,
-      modules: true,
-      modulesRules: [
-        { type: "ESModule", include: ["**/*.mjs", "**/*.js"] },
-        { type: "CompiledWasm", include: ["**/*.wasm"] },
-      ],
-      compatibilityDate: compatibilityDate(),
+      ...bundleOptions(),
       kvNamespaces: ids,
       kvPersist: path.join(dir, "state/v3/kv"),
       bindings: suiteVars(suite),
       cf: false,
+      handleRuntimeStdio: quiet,
     });
     sub.setScript({ status: 204 });
     const res = await mf.dispatchFetch("http://edge.test/", signed("del_bulk_1", "sub_bulk"));

@@ -427,3 +427,44 @@ func TestEdgeModeWithoutEdgeURLIsAConfigError(t *testing.T) {
 		t.Fatal("the operator's mistake opened the subscriber's circuit")
 	}
 }
+
+// TestSlowSubscriberDoesNotHoldOthersBack fills most of the engine's slots with sends to a
+// subscriber that does not answer and checks another subscriber is still served.
+func TestSlowSubscriberDoesNotHoldOthersBack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{Workers: 4})
+	release := make(chan struct{})
+	slow := newSink(t, func(w http.ResponseWriter, r *recorded) {
+		select {
+		case <-release:
+		case <-r.req.Context().Done():
+		}
+	})
+	fastDone := make(chan struct{}, 10)
+	fast := newSink(t, func(w http.ResponseWriter, _ *recorded) {
+		w.WriteHeader(200)
+		fastDone <- struct{}{}
+	})
+	e.sub(store.SubscriberInput{ID: "slow", URL: slow.URL, Events: []string{"slow"}, MaxInFlight: 3, TimeoutMS: 30000})
+	e.sub(store.SubscriberInput{ID: "fast", URL: fast.URL, Events: []string{"fast"}})
+	for i := range 3 {
+		e.emit(fmt.Sprintf("s%d", i), "slow", `{}`)
+	}
+	if err := e.eng.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		close(release)
+		e.eng.Stop(context.Background())
+	}()
+	for i := range 5 {
+		e.emit(fmt.Sprintf("f%d", i), "fast", `{}`)
+	}
+	for i := range 5 {
+		select {
+		case <-fastDone:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("only %d of 5 deliveries to the fast subscriber while the slow one holds 3 of 4 slots", i)
+		}
+	}
+}

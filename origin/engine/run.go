@@ -53,17 +53,30 @@ func (r *run) loop(ctx context.Context, daemon bool) {
 	}
 	poll := time.NewTimer(0)
 	defer poll.Stop()
+	smallOK := false
 	for ctx.Err() == nil {
-		// Claim when at least half the slots are free (or nothing is in flight): a claim is a write
-		// transaction, and many tiny ones would cost more than they deliver.
 		free := cap(r.slots) - len(r.slots)
-		if free == 0 || free < cap(r.slots)/2 && free < r.e.cfg.BatchSize {
+		if free == 0 {
 			select {
 			case <-r.freed:
 			case <-ctx.Done():
 			}
 			continue
 		}
+		// A claim is a write transaction: while sends finish quickly, wait until a good share of
+		// the slots is free. But slots held by a slow subscriber must not hold the others back, so
+		// after a poll interval without that, claim for what is free.
+		if free < min(cap(r.slots)/2, r.e.cfg.BatchSize) && !smallOK {
+			poll.Reset(r.e.cfg.PollInterval)
+			select {
+			case <-r.freed:
+			case <-poll.C:
+				smallOK = true
+			case <-ctx.Done():
+			}
+			continue
+		}
+		smallOK = false
 		res, err := r.e.st.Claim(ctx, store.ClaimParams{Now: r.e.cfg.Now(), Limit: min(free, r.e.cfg.BatchSize), LeaseDuration: r.e.cfg.LeaseDuration})
 		if err != nil {
 			if ctx.Err() != nil {

@@ -154,12 +154,12 @@ const (
 	StatusHeld       Status = "held"       // the subscriber is disabled; kept until it is resumed
 )
 
-// Reasons recorded on dead and held deliveries.
+// Reasons recorded on dead deliveries. Held deliveries carry the reason their subscriber was
+// disabled with.
 const (
 	ReasonMaxAttempts     = "max_attempts"
 	ReasonMaxAge          = "max_age"
 	ReasonBacklogOverflow = "backlog_overflow"
-	ReasonGone            = "gone" // the subscriber answered 410
 )
 
 // Event is an emitted event: its body is stored once, as the exact bytes received.

@@ -46,7 +46,7 @@ async function excerpt(res, max) {
     chunks.push(value);
     n += value.byteLength;
   }
-  if (n >= max) reader.cancel();
+  if (n >= max) reader.cancel().catch(() => {}); // the rest is not wanted
   const out = new Uint8Array(Math.min(n, max));
   let off = 0;
   for (const c of chunks) {

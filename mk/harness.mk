@@ -23,7 +23,7 @@ test-harness: bin/edgehook
 # same run. Writes build/bench-harness.json and prints a table.
 bench-harness:
 	@mkdir -p build
-	EDGEHOOK_BENCH_OUT=$(CURDIR)/build/bench-harness.json $(GO) test -run '^$$' -bench . -benchtime 20000x -count 1 ./edge/harness/
+	EDGEHOOK_BENCH_OUT=$(CURDIR)/build/bench-harness.json $(GO) test -run '^$$' -bench . -benchtime 5000x -count 1 ./edge/harness/
 
 # The whole local stack in one process: API, engine, local edge, sample receivers (edgehook dev).
 run: bin/edgehook edge-wasm

@@ -70,6 +70,9 @@ type Host struct {
 type instance struct {
 	mod            api.Module
 	buffer, handle api.Function
+	// inbox and inboxCap are the guest buffer BufferFunc last returned: the guest keeps it, so a
+	// request that fits needs no call to ask for it again.
+	inbox, inboxCap uint32
 	// pending holds the bytes of the last host function result until the guest takes them.
 	pending []byte
 	scratch []byte
@@ -230,14 +233,17 @@ func (h *Host) call(ctx context.Context, in **instance, req *relay.Request) (*re
 func (in *instance) call(ctx context.Context, req *relay.Request) (*relay.Response, error) {
 	ctx = context.WithValue(ctx, callKey{}, in)
 	in.scratch = abi.EncodeRequest(in.scratch[:0], req)
-	res, err := in.buffer.Call(ctx, uint64(len(in.scratch)))
-	if err != nil {
-		return nil, err
+	if n := uint32(len(in.scratch)); n > in.inboxCap || in.inboxCap == 0 {
+		res, err := in.buffer.Call(ctx, uint64(n))
+		if err != nil {
+			return nil, err
+		}
+		in.inbox, in.inboxCap = uint32(res[0]), n
 	}
-	if !in.mod.Memory().Write(uint32(res[0]), in.scratch) {
-		return nil, fmt.Errorf("%s returned %#x, outside memory", abi.BufferFunc, res[0])
+	if !in.mod.Memory().Write(in.inbox, in.scratch) {
+		return nil, fmt.Errorf("%s returned %#x, outside memory", abi.BufferFunc, in.inbox)
 	}
-	res, err = in.handle.Call(ctx, uint64(len(in.scratch)))
+	res, err := in.handle.Call(ctx, uint64(len(in.scratch)))
 	if err != nil {
 		return nil, err
 	}

@@ -46,19 +46,18 @@ func setup() (*relay.Relay, error) {
 // next call so the host can read it.
 var inbox, outbox []byte
 
+// buffer returns a buffer of size bytes; the host reuses it for every request that fits.
+//
 //go:wasmexport edgehook_buffer
 func buffer(size uint32) uint32 {
-	if uint32(cap(inbox)) < size {
-		inbox = make([]byte, size)
-	}
-	inbox = inbox[:size]
+	inbox = make([]byte, max(size, 1)) // never empty: its address must be a real one
 	return addr(inbox)
 }
 
 //go:wasmexport edgehook_handle
 func handle(size uint32) uint64 {
 	var resp *relay.Response
-	req, err := abi.DecodeRequest(inbox[:size])
+	req, err := abi.DecodeRequest(inbox[:size]) // size <= len(inbox): the host asked for enough
 	switch {
 	case setupErr != nil:
 		resp = misconfigured(setupErr.Error())
@@ -127,7 +126,8 @@ func (ns kv) Get(_ context.Context, key string) (string, bool, error) {
 	code, n := abi.SplitResult(hostKVGet(uint32(ns), addrString(key), uint32(len(key))))
 	switch code {
 	case abi.CodeOK:
-		return string(take(n)), true, nil
+		b := take(n) // fresh and never reused: the string may share it
+		return unsafe.String(unsafe.SliceData(b), len(b)), true, nil
 	case abi.CodeNotFound:
 		return "", false, nil
 	}

@@ -6,8 +6,9 @@
 //
 // # Calls
 //
-// The host writes an encoded relay.Request into the buffer the guest export BufferFunc returns,
-// then calls HandleFunc with its length; HandleFunc returns the encoded relay.Response as
+// The host writes an encoded relay.Request into the buffer the guest export BufferFunc returns
+// (asking again only for a request larger than the last buffer), then calls HandleFunc with its
+// length; HandleFunc returns the encoded relay.Response as
 // pointer<<32 | length, valid until the next call into the guest.
 //
 // An import that answers with bytes (KV get, the upstream request) leaves them with the host and

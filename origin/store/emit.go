@@ -136,12 +136,25 @@ func (s *Store) gather(first *emitReq) []*emitReq {
 	return group
 }
 
-// commitGroup writes a group in one transaction and answers every request.
+// errRequestOnly rolls back a group of one request that failed on its own (conflict, queue full):
+// the request keeps its own error.
+var errRequestOnly = errors.New("the only request failed")
+
+// commitGroup writes a group in one transaction and answers every request. Each request of a
+// larger group runs under a savepoint, so one caller's conflict does not fail the others.
 func (s *Store) commitGroup(group []*emitReq) {
 	// Not the callers' contexts: one caller giving up must not abort the others' transaction.
 	ctx := context.Background()
 	var superseded, overflow int64
 	created := 0
+	savepoints := len(group) > 1
+	exec := func(tx *sql.Tx, q string) error {
+		if !savepoints {
+			return nil
+		}
+		_, err := tx.ExecContext(ctx, q)
+		return err
+	}
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		superseded, overflow, created = 0, 0, 0
 		subs, err := s.matchingSubscribers(ctx, tx)
@@ -152,40 +165,36 @@ func (s *Store) commitGroup(group []*emitReq) {
 		if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(n), 0) FROM queue_counts WHERE status IN ('pending', 'leased')`).Scan(&depth); err != nil {
 			return err
 		}
-		touched := map[string]bool{}
 		for _, r := range group {
 			r.results, r.err = nil, nil
-			if _, err := tx.ExecContext(ctx, `SAVEPOINT emit`); err != nil {
+			if err := exec(tx, `SAVEPOINT emit`); err != nil {
 				return err
 			}
-			results, d, sup, err := s.emitTx(ctx, tx, r.events, subs, depth, touched)
-			if err != nil {
-				if _, rbErr := tx.ExecContext(ctx, `ROLLBACK TO emit`); rbErr != nil {
-					return rbErr
-				}
-				if !isRequestError(err) {
+			results, d, sup, err := s.emitTx(ctx, tx, r.events, subs, depth)
+			switch {
+			case err != nil && !isRequestError(err):
+				return err
+			case err != nil && !savepoints:
+				r.err = err
+				return errRequestOnly
+			case err != nil:
+				if err := exec(tx, `ROLLBACK TO emit`); err != nil {
 					return err
 				}
 				r.err = err
-			} else {
+			default:
 				r.results, depth, superseded = results, depth+d, superseded+sup
 				created += int(d)
 			}
-			if _, err := tx.ExecContext(ctx, `RELEASE emit`); err != nil {
+			if err := exec(tx, `RELEASE emit`); err != nil {
 				return err
 			}
 		}
-		for id := range touched {
-			n, err := s.trimBacklog(ctx, tx, id)
-			if err != nil {
-				return err
-			}
-			overflow += n
-		}
-		return nil
+		overflow, err = s.trimBacklogs(ctx, tx)
+		return err
 	})
 	for _, r := range group {
-		if err != nil {
+		if err != nil && err != errRequestOnly {
 			r.results, r.err = nil, fmt.Errorf("emit: %w", err)
 		}
 		close(r.done)
@@ -211,7 +220,7 @@ func isRequestError(err error) bool {
 // emitTx writes one request's events; it returns the results, the deliveries created and how many
 // older deliveries were superseded. The driver compiles each statement every time it runs, so the
 // deliveries of the whole request are inserted by one statement (rows in a JSON array).
-func (s *Store) emitTx(ctx context.Context, tx *sql.Tx, events []EmitInput, subs []*Subscriber, depth int64, touched map[string]bool) ([]EmitResult, int64, int64, error) {
+func (s *Store) emitTx(ctx context.Context, tx *sql.Tx, events []EmitInput, subs []*Subscriber, depth int64) ([]EmitResult, int64, int64, error) {
 	now := ms(s.Now())
 	results := make([]EmitResult, len(events))
 	sums := make([][]byte, len(events))
@@ -275,7 +284,6 @@ func (s *Store) emitTx(ctx context.Context, tx *sql.Tx, events []EmitInput, subs
 			}
 			rows = append(rows, newDelivery{Event: seq, Sub: sub.ID, Key: key, Status: StatusPending})
 			res.Deliveries++
-			touched[sub.ID] = true
 		}
 		created += int64(res.Deliveries)
 		superseded += int64(res.Superseded)
@@ -362,20 +370,39 @@ func coalesceValue(raw json.RawMessage) string {
 	return key
 }
 
-// trimBacklog dead-letters a subscriber's oldest pending deliveries beyond the backlog cap.
-func (s *Store) trimBacklog(ctx context.Context, tx *sql.Tx, subscriberID string) (int64, error) {
-	var pending int64
-	err := tx.QueryRowContext(ctx, `SELECT n FROM queue_counts WHERE subscriber_id = ? AND status = 'pending'`, subscriberID).Scan(&pending)
-	if err != nil || pending <= s.opts.BacklogCap {
-		return 0, ignoreNoRows(err)
-	}
-	r, err := tx.ExecContext(ctx, `UPDATE deliveries SET status = 'dead', reason = ?, last_error = 'backlog cap reached', updated_at = ?
-		WHERE seq IN (SELECT seq FROM deliveries WHERE subscriber_id = ? AND status = 'pending' ORDER BY updated_at, seq LIMIT ?)`,
-		ReasonBacklogOverflow, ms(s.Now()), subscriberID, pending-s.opts.BacklogCap)
+// trimBacklogs dead-letters the oldest pending deliveries of every subscriber beyond the backlog
+// cap, and returns how many.
+func (s *Store) trimBacklogs(ctx context.Context, tx *sql.Tx) (int64, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT subscriber_id, n FROM queue_counts WHERE status = 'pending' AND n > ?`, s.opts.BacklogCap)
 	if err != nil {
 		return 0, err
 	}
-	return r.RowsAffected()
+	over := map[string]int64{}
+	for rows.Next() {
+		var id string
+		var n int64
+		if err := rows.Scan(&id, &n); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		over[id] = n - s.opts.BacklogCap
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	var total int64
+	for id, excess := range over {
+		r, err := tx.ExecContext(ctx, `UPDATE deliveries SET status = 'dead', reason = ?, last_error = 'backlog cap reached', updated_at = ?
+			WHERE seq IN (SELECT seq FROM deliveries WHERE subscriber_id = ? AND status = 'pending' ORDER BY updated_at, seq LIMIT ?)`,
+			ReasonBacklogOverflow, ms(s.Now()), id, excess)
+		if err != nil {
+			return 0, err
+		}
+		n, _ := r.RowsAffected()
+		total += n
+	}
+	return total, nil
 }
 
 func ignoreNoRows(err error) error {

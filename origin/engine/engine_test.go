@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -466,5 +467,24 @@ func TestSlowSubscriberDoesNotHoldOthersBack(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("only %d of 5 deliveries to the fast subscriber while the slow one holds 3 of 4 slots", i)
 		}
+	}
+}
+
+func TestDrainAppliesRetention(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{Retention: 24 * time.Hour})
+	k := newSink(t, status(200))
+	e.sub(store.SubscriberInput{URL: k.URL})
+	e.emit("old", "t", `{}`)
+	e.drain()
+	id := e.only().ID
+	e.clk.Advance(25 * time.Hour)
+	e.emit("new", "t", `{}`)
+	e.drain()
+	if _, err := e.st.GetDelivery(context.Background(), id); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a delivery past the retention window is still there: %v", err)
+	}
+	if page, _ := e.st.ListDeliveries(context.Background(), store.DeliveryFilter{}); len(page.Deliveries) != 1 || page.Deliveries[0].EventID != "new" {
+		t.Fatalf("left: %+v", page.Deliveries)
 	}
 }

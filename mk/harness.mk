@@ -5,7 +5,7 @@ BENCH_TARGETS += bench-harness
 
 EDGE_WASM := build/relay.wasm
 
-.PHONY: edge-wasm test-harness bench-harness run
+.PHONY: edge-wasm test-harness bench-harness run conformance-check
 
 # Always rebuilt (go's build cache makes that cheap). The edgehook_hostmac tag has the host compute
 # HMAC-SHA256 (see shared/signature/mac_hostmac.go); edge/harness/harnesstest builds the same way.
@@ -16,7 +16,7 @@ edge-wasm:
 # The end-to-end test runs bin/edgehook (mk/api.mk builds it) as separate processes; -race would
 # only instrument the test's own receivers and proxy, so it runs without.
 test-harness: bin/edgehook
-	$(GO) test -race -count=1 ./edge/harness/...
+	EDGEHOOK_CONFORMANCE_DIR=$(CURDIR)/build/conformance $(GO) test -race -count=1 ./edge/harness/...
 	EDGEHOOK_BIN=$(CURDIR)/bin/edgehook $(GO) test -count=1 -timeout 6m ./edge/e2e/
 
 # Per-request cost of the relay for a 1 KB body: native core vs the WASI module in the harness,
@@ -28,3 +28,10 @@ bench-harness:
 # The whole local stack in one process: API, engine, local edge, sample receivers (edgehook dev).
 run: bin/edgehook edge-wasm
 	bin/edgehook --db build/dev.db --log-level warn dev
+
+# Every runtime ran every conformance scenario and passed it: each runner writes
+# build/conformance/<runtime>.json (see edge/harness/internal/conformancecheck). Today only the WASI
+# runner writes one; add this to TEST_TARGETS after test-edge and test-harness once the native and
+# workerd runners write theirs.
+conformance-check:
+	$(GO) run ./edge/harness/internal/conformancecheck build/conformance native wasi workerd

@@ -18,7 +18,7 @@
 // # Encoding
 //
 // Little-endian. A string or byte slice is a uint32 length and the bytes; a header map is a uint32
-// count and that many name, value string pairs, in sorted order so encodings are deterministic.
+// count and that many name, value string pairs.
 package abi
 
 // ImportModule is the module name of every host function.

@@ -1,0 +1,56 @@
+package abi
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/edgehook/edgehook/edge/relay"
+)
+
+func TestRoundTrips(t *testing.T) {
+	h := relay.Header{"content-type": "application/json", "webhook-id": "evt_1", "empty": ""}
+	req := &relay.Request{Method: "POST", Header: h, Body: []byte(`{"a":1}`)}
+	resp := &relay.Response{Status: 429, Header: h, Body: []byte("slow down"), Detail: "coalesced"}
+	up := &relay.UpstreamRequest{URL: "http://127.0.0.1:9/x", Header: h, Body: []byte("b"), Timeout: 1500 * time.Millisecond}
+	upResp := &relay.UpstreamResponse{Status: 204, Header: relay.Header{}, Body: []byte{}}
+	for _, tc := range []struct {
+		name   string
+		in     any
+		enc    []byte
+		decode func([]byte) (any, error)
+	}{
+		{"request", req, EncodeRequest(nil, req), func(b []byte) (any, error) { return DecodeRequest(b) }},
+		{"response", resp, EncodeResponse(nil, resp), func(b []byte) (any, error) { return DecodeResponse(b) }},
+		{"upstream request", up, EncodeUpstreamRequest(nil, up), func(b []byte) (any, error) { return DecodeUpstreamRequest(b) }},
+		{"upstream response", upResp, EncodeUpstreamResponse(nil, upResp), func(b []byte) (any, error) { return DecodeUpstreamResponse(b) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.decode(tc.enc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.in) {
+				t.Fatalf("round trip: got %+v, want %+v", got, tc.in)
+			}
+			// Every truncation and a trailing byte are errors, never a partial message.
+			for n := range len(tc.enc) {
+				if _, err := tc.decode(tc.enc[:n]); !errors.Is(err, ErrShort) {
+					t.Fatalf("truncated to %d of %d bytes: err = %v, want ErrShort", n, len(tc.enc), err)
+				}
+			}
+			if _, err := tc.decode(append(tc.enc, 0)); !errors.Is(err, ErrShort) {
+				t.Fatalf("trailing byte: err = %v, want ErrShort", err)
+			}
+		})
+	}
+}
+
+func TestResultPacking(t *testing.T) {
+	code, n := SplitResult(Result(CodeTimeout, 70000))
+	ptr, length := SplitPointer(PackPointer(0xdeadbeef, 12))
+	if code != CodeTimeout || n != 70000 || ptr != 0xdeadbeef || length != 12 {
+		t.Fatalf("got %d %d %#x %d", code, n, ptr, length)
+	}
+}

@@ -1,6 +1,7 @@
 package rig
 
 import (
+	"bytes"
 	"io"
 	"net"
 	"net/http"
@@ -56,6 +57,7 @@ func NewSinkOn(t testing.TB, addr string, h http.HandlerFunc) *Sink {
 
 func (s *Sink) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body)) // the handler may read it again
 	id := r.Header.Get("webhook-id")
 	s.mu.Lock()
 	s.seen[r.URL.Path+" "+id]++

@@ -46,6 +46,8 @@ type config struct {
 
 	latencyRate float64
 	latencyFor  time.Duration
+	deliverWait time.Duration
+	isoRate     float64
 	isoFor      time.Duration
 
 	rate     float64
@@ -63,7 +65,7 @@ type config struct {
 var smokeSizes = map[string]string{
 	"out": "", "ceiling-n": "300", "ceiling-for": "2s", "emit-n": "300", "emit-for": "2s",
 	"drain-n": "600", "drain-edge-n": "240", "drain-for": "20s", "latency-rate": "100", "latency-for": "1s",
-	"isolation-for": "1s", "rate": "50", "rate-for": "1s", "backlog": "6000", "claims": "5", "rss-for": "500ms",
+	"isolation-for": "1s", "deliver-wait": "20s", "rate": "50", "rate-for": "1s", "backlog": "6000", "claims": "5", "rss-for": "500ms",
 }
 
 func parseFlags(args []string) (config, error) {
@@ -85,12 +87,14 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.emitConns, "emit-conns", 32, "emit: concurrent clients of POST /v1/events")
 	fs.IntVar(&c.batchSize, "batch-size", 100, "emit: events per POST /v1/events/batch")
 	fs.IntVar(&c.batchConns, "batch-conns", 8, "emit: concurrent clients of the batch endpoint")
-	fs.IntVar(&c.drainN, "drain-n", 120_000, "drain: deliveries queued for the direct drain")
-	fs.IntVar(&c.drainEdgeN, "drain-edge-n", 36_000, "drain: deliveries queued for the drain through the local edge")
-	fs.DurationVar(&c.drainFor, "drain-for", 60*time.Second, "drain: time at most (edgehook drain --for)")
+	fs.IntVar(&c.drainN, "drain-n", 60_000, "drain: deliveries queued for the direct drain")
+	fs.IntVar(&c.drainEdgeN, "drain-edge-n", 24_000, "drain: deliveries queued for the drain through the local edge")
+	fs.DurationVar(&c.drainFor, "drain-for", 40*time.Second, "drain: time at most (edgehook drain --for)")
 	fs.Float64Var(&c.latencyRate, "latency-rate", 1000, "latency: events per second")
 	fs.DurationVar(&c.latencyFor, "latency-for", 20*time.Second, "latency: how long")
-	fs.DurationVar(&c.isoFor, "isolation-for", 10*time.Second, "isolation: how long each of the two runs lasts (at -latency-rate)")
+	fs.DurationVar(&c.deliverWait, "deliver-wait", 30*time.Second, "latency, isolation: how long deliveries may still arrive after the last emit")
+	fs.Float64Var(&c.isoRate, "isolation-rate", 25, "isolation: events per second, one the engine sustains")
+	fs.DurationVar(&c.isoFor, "isolation-for", 10*time.Second, "isolation: how long each of the two runs lasts")
 	fs.Float64Var(&c.rate, "rate", 50, "rate limit: the subscriber's rate per second")
 	fs.IntVar(&c.burst, "burst", 10, "rate limit: the subscriber's burst")
 	fs.DurationVar(&c.rateFor, "rate-for", 20*time.Second, "rate limit: the measured window")
@@ -129,7 +133,8 @@ func (c *config) validate() error {
 		{"emit-n", c.emitN >= 1}, {"emit-for", c.emitFor > 0}, {"emit-conns", c.emitConns >= 1},
 		{"batch-size", c.batchSize >= 1 && c.batchSize <= 1000}, {"batch-conns", c.batchConns >= 1},
 		{"drain-n", c.drainN >= 1}, {"drain-edge-n", c.drainEdgeN >= 1}, {"drain-for", c.drainFor >= time.Second},
-		{"latency-rate", c.latencyRate > 0 && c.latencyRate <= 100_000}, {"latency-for", c.latencyFor > 0}, {"isolation-for", c.isoFor > 0},
+		{"latency-rate", c.latencyRate > 0 && c.latencyRate <= 100_000}, {"latency-for", c.latencyFor > 0}, {"deliver-wait", c.deliverWait > 0},
+		{"isolation-rate", c.isoRate > 0 && c.isoRate <= 100_000}, {"isolation-for", c.isoFor > 0},
 		{"rate", c.rate > 0 && c.rate <= 10_000}, {"burst", c.burst >= 1}, {"rate-for", c.rateFor > 0},
 		{"backlog", c.backlogN >= 1}, {"claims", c.claims >= 1}, {"rss-for", c.rssFor > 0},
 	} {

@@ -28,7 +28,7 @@ func (b *bench) rateLimit(ctx context.Context) section {
 		return s
 	}
 	cpu := startCPU(p)
-	if b.sink.waitFor(ctx, 1, 30*time.Second) == 0 {
+	if b.sink.waitFor(ctx, 1, 30*time.Second, 30*time.Second) == 0 {
 		p.stop(stopWait)
 		s.err = fmt.Errorf("no delivery arrived within 30 s")
 		return s
@@ -59,7 +59,8 @@ func (b *bench) rateLimit(ctx context.Context) section {
 	s.notes = append(s.notes, fmt.Sprintf("One subscriber at %.0f/s with burst %d and a queue of %d events; `edgehook serve` with "+
 		"the default engine settings. Over the %s from the first arrival at the sink (%d arrivals), the rate is (arrivals − "+
 		"burst) ÷ window, and the excess is the largest, over every window between two arrivals, of the arrivals in it minus "+
-		"burst + rate × its length (0 or less: the bucket held). Arrival times include loopback jitter. %s",
+		"burst + rate × its length (0 or less: the bucket held). Arrivals are timed at the sink, as the subscriber sees "+
+		"them: a send that leaves late (a connection being opened) can make a window look tighter than the claims were. %s",
 		cfg.rate, cfg.burst, events, cfg.rateFor, len(at), note))
 	return s
 }

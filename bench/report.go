@@ -66,6 +66,8 @@ func formatValue(v float64, unit string) string {
 	switch a := math.Abs(v); {
 	case math.IsNaN(v):
 		return "—"
+	case math.IsInf(v, 1):
+		return "not arrived"
 	case a >= 1000:
 		s = groupThousands(fmt.Sprintf("%.0f", v))
 	case a >= 100:

@@ -95,19 +95,23 @@ func (s *sink) take() []arrival {
 	return a
 }
 
-// waitFor waits until n requests have arrived, or until nothing has arrived for quiet (the
-// sender is done or stuck), or ctx ends. It returns the count.
-func (s *sink) waitFor(ctx context.Context, n int, quiet time.Duration) int {
-	t := time.NewTimer(quiet)
-	defer t.Stop()
+// waitFor waits until n requests have arrived, or nothing has arrived for quiet (the sender is
+// done or stuck), or limit has passed, or ctx ends. It returns the count.
+func (s *sink) waitFor(ctx context.Context, n int, quiet, limit time.Duration) int {
+	idle := time.NewTimer(quiet)
+	defer idle.Stop()
+	end := time.NewTimer(limit)
+	defer end.Stop()
 	for {
 		if c := s.count(); c >= n {
 			return c
 		}
 		select {
 		case <-s.notify:
-			t.Reset(quiet)
-		case <-t.C:
+			idle.Reset(quiet)
+		case <-idle.C:
+			return s.count()
+		case <-end.C:
 			return s.count()
 		case <-ctx.Done():
 			return s.count()

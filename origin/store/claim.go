@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 )
 
@@ -104,19 +105,23 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 			if pass == 0 {
 				share = max(1, p.Limit/max(1, len(cands)))
 			}
+			var asks []claimAsk
+			left := remaining
 			for _, c := range cands {
-				want := min(c.budget-c.taken, share, remaining)
-				if c.exhausted || want <= 0 {
-					continue
+				if want := min(c.budget-c.taken, share, left); !c.exhausted && want > 0 {
+					asks = append(asks, claimAsk{c: c, n: want})
+					left -= want
 				}
-				got, err := claimFor(ctx, tx, c.id, now, leaseUntil, token, want)
-				if err != nil {
-					return err
-				}
-				rows = append(rows, got...)
-				c.taken += len(got)
-				remaining -= len(got)
-				c.exhausted = len(got) < want
+			}
+			got, err := claimBatch(ctx, tx, asks, now, leaseUntil, token)
+			if err != nil {
+				return err
+			}
+			rows = append(rows, got...)
+			for _, a := range asks {
+				a.c.taken += a.got
+				remaining -= a.got
+				a.c.exhausted = a.got < a.n
 			}
 		}
 		for _, c := range cands {
@@ -209,24 +214,46 @@ type claimedRow struct {
 	coalesceKey, subID     string
 }
 
-// claimFor leases up to n due deliveries of one subscriber, first attempts first.
-func claimFor(ctx context.Context, tx *sql.Tx, subID string, now, leaseUntil int64, token string, n int) ([]claimedRow, error) {
+// claimAsk is how many deliveries to lease for one candidate, and how many were.
+type claimAsk struct {
+	c      *candidate
+	n, got int
+}
+
+// claimBatch leases, for every ask, up to n due deliveries of its subscriber: first attempts, then
+// retries for what is still missing. The driver compiles every statement each time it runs (and an
+// UPDATE of deliveries compiles the counting triggers with it), so all subscribers share one
+// statement per kind rather than one each.
+func claimBatch(ctx context.Context, tx *sql.Tx, asks []claimAsk, now, leaseUntil int64, token string) ([]claimedRow, error) {
 	var out []claimedRow
-	for _, retry := range []string{"attempts = 0", "attempts > 0"} {
-		if len(out) >= n {
+	bySub := make(map[string]*claimAsk, len(asks))
+	for i := range asks {
+		bySub[asks[i].c.id] = &asks[i]
+	}
+	for _, kind := range []string{"attempts = 0", "attempts > 0"} {
+		args := []any{token, leaseUntil, now}
+		var n int
+		for _, a := range asks {
+			if missing := a.n - a.got; missing > 0 {
+				args = append(args, a.c.id, now, missing)
+				n++
+			}
+		}
+		if n == 0 {
 			break
 		}
-		rows, err := tx.QueryContext(ctx, claimSQL(retry), token, leaseUntil, now, subID, now, n-len(out))
+		rows, err := tx.QueryContext(ctx, claimSQL(kind, n), args...)
 		if err != nil {
 			return nil, fmt.Errorf("claim: %w", err)
 		}
 		for rows.Next() {
-			r := claimedRow{subID: subID}
-			if err := rows.Scan(&r.seq, &r.eventSeq, &r.attempts, &r.coalesceKey, &r.ageFrom); err != nil {
+			var r claimedRow
+			if err := rows.Scan(&r.seq, &r.eventSeq, &r.attempts, &r.coalesceKey, &r.ageFrom, &r.subID); err != nil {
 				rows.Close()
 				return nil, err
 			}
 			out = append(out, r)
+			bySub[r.subID].got++
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -236,18 +263,25 @@ func claimFor(ctx context.Context, tx *sql.Tx, subID string, now, leaseUntil int
 	return out, nil
 }
 
-// claimSQL leases one subscriber's due deliveries of one kind (first attempts or retries). The
-// inner WHERE repeats the partial index's condition literally, and names the index, so the search
-// stays on the few due rows of that subscriber whatever the planner's statistics say.
-func claimSQL(kind string) string {
+// claimSQL leases due deliveries of one kind (first attempts or retries) for n subscribers: one
+// UPDATE whose target is a UNION ALL of one search per subscriber, each with its own LIMIT. The
+// searches repeat the partial index's condition literally, and name the index, so each stays on the
+// few due rows of its subscriber whatever the planner's statistics say. Arguments: token, lease
+// expiry, now, then subscriber id, now, limit for each subscriber.
+func claimSQL(kind string, n int) string {
 	index := "deliveries_due_first"
 	if kind != "attempts = 0" {
 		index = "deliveries_due_retry"
 	}
+	search := `SELECT seq FROM (SELECT seq FROM deliveries INDEXED BY ` + index + ` WHERE subscriber_id = ? AND status = 'pending' AND ` + kind + `
+		AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ?)`
+	searches := make([]string, n)
+	for i := range searches {
+		searches[i] = search
+	}
 	return `UPDATE deliveries SET status = 'leased', lease_token = ?, lease_expires_at = ?, updated_at = ?
-		WHERE seq IN (SELECT seq FROM deliveries INDEXED BY ` + index + ` WHERE subscriber_id = ? AND status = 'pending' AND ` + kind + `
-			AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ?)
-		RETURNING seq, event_seq, attempts, coalesce_key, age_from`
+		WHERE seq IN (` + strings.Join(searches, " UNION ALL ") + `)
+		RETURNING seq, event_seq, attempts, coalesce_key, age_from, subscriber_id`
 }
 
 // hasDue reports whether a subscriber has a pending delivery due at now.

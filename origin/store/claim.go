@@ -124,6 +124,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 				a.c.exhausted = a.got < a.n
 			}
 		}
+		var spent []spend
 		for _, c := range cands {
 			if c.taken == 0 {
 				if c.budget == 0 && (c.byTokens || !res.Waiting) {
@@ -140,18 +141,13 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 			if !c.exhausted && c.taken == c.budget {
 				c.held(&res) // limited, maybe more due
 			}
-			circuit, circuitUntil := "", int64(0)
-			if c.probe {
-				circuit, circuitUntil = "probing", leaseUntil
-			}
-			if _, err := tx.ExecContext(ctx, `UPDATE limiter SET tokens = ?, refilled_at = ?, last_claim_at = ?,
-				circuit = CASE WHEN ? <> '' THEN ? ELSE circuit END, circuit_until = CASE WHEN ? <> '' THEN ? ELSE circuit_until END
-				WHERE subscriber_id = ?`, c.tokens-float64(c.taken), now, now, circuit, circuit, circuit, circuitUntil, c.id); err != nil {
-				return err
-			}
+			spent = append(spent, spend{ID: c.id, Tokens: c.tokens - float64(c.taken), Probe: c.probe})
 		}
 		if len(rows) == 0 {
 			return nil
+		}
+		if err := spendTokens(ctx, tx, spent, now, leaseUntil); err != nil {
+			return err
 		}
 		subs, err := s.matchingSubscribers(ctx, tx)
 		if err != nil {
@@ -164,6 +160,28 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 		return ClaimResult{}, err
 	}
 	return res, nil
+}
+
+// spend is a subscriber's bucket after a claim took from it.
+type spend struct {
+	ID     string  `json:"id"`
+	Tokens float64 `json:"tokens"`
+	Probe  bool    `json:"probe"` // the claim took the circuit's probe
+}
+
+// spendTokens writes the buckets of the subscribers a claim took from, in one statement: the
+// refill is accounted up to now, a probe marks the circuit as probing until the lease ends.
+func spendTokens(ctx context.Context, tx *sql.Tx, spent []spend, now, leaseUntil int64) error {
+	data, err := json.Marshal(spent)
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, `UPDATE limiter SET tokens = j.tokens, refilled_at = ?1, last_claim_at = ?1,
+			circuit = CASE WHEN j.probe THEN 'probing' ELSE limiter.circuit END,
+			circuit_until = CASE WHEN j.probe THEN ?2 ELSE limiter.circuit_until END
+		FROM (SELECT value->>'id' AS id, value->>'tokens' AS tokens, value->>'probe' AS probe FROM json_each(?3)) AS j
+		WHERE limiter.subscriber_id = j.id`, now, leaseUntil, string(data))
+	return err
 }
 
 // claimCandidates returns the active subscribers with pending deliveries that may send now, in

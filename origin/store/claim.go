@@ -90,8 +90,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 	var res ClaimResult
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		res = ClaimResult{}
-		if _, err := tx.ExecContext(ctx, `UPDATE deliveries SET status = 'pending', lease_token = '', lease_expires_at = 0, updated_at = ?
-			WHERE status = 'leased' AND lease_expires_at <= ?`, now, now); err != nil {
+		if err := rescueExpired(ctx, tx, now); err != nil {
 			return fmt.Errorf("claim: rescue expired leases: %w", err)
 		}
 		cands, err := claimCandidates(ctx, tx, now)
@@ -160,6 +159,19 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 		return ClaimResult{}, err
 	}
 	return res, nil
+}
+
+// rescueExpired returns deliveries whose lease expired (their engine crashed or hung) to pending.
+// It looks before it writes: the UPDATE compiles the counting triggers, the look does not, and
+// nearly always nothing has expired.
+func rescueExpired(ctx context.Context, tx *sql.Tx, now int64) error {
+	var expired bool
+	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM deliveries WHERE status = 'leased' AND lease_expires_at <= ?)`, now).Scan(&expired); err != nil || !expired {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, `UPDATE deliveries SET status = 'pending', lease_token = '', lease_expires_at = 0, updated_at = ?1
+		WHERE status = 'leased' AND lease_expires_at <= ?1`, now)
+	return err
 }
 
 // spend is a subscriber's bucket after a claim took from it.

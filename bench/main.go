@@ -18,6 +18,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -30,8 +31,8 @@ import (
 
 // config holds the sizes of a run; the defaults are the full run of issue 7.
 type config struct {
-	out, edgehook, wasm, edgeJSON, harnessJSON, workDir string
-	only                                                string
+	out, notes, edgehook, wasm, edgeJSON, harnessJSON, workDir string
+	only                                                       string
 
 	bodyBytes, subscribers int
 
@@ -72,6 +73,7 @@ func parseFlags(args []string) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.StringVar(&c.out, "out", "BENCHMARKS.md", "the report to write (empty: none)")
+	fs.StringVar(&c.notes, "notes", "bench/notes.md", "hand-written diagnosis appended to the report, if the file exists")
 	fs.StringVar(&c.edgehook, "edgehook", "bin/edgehook", "the origin binary under test (make build)")
 	fs.StringVar(&c.wasm, "wasm", "build/relay.wasm", "the relay module the local edge runs (make edge-wasm)")
 	fs.StringVar(&c.edgeJSON, "edge-json", "build/bench-edge.json", "figures of make bench-edge, merged if present")
@@ -255,8 +257,12 @@ func run(ctx context.Context, cfg config) error {
 	fmt.Println()
 	printTable(os.Stdout, sections)
 	if cfg.out != "" {
+		notes, err := os.ReadFile(cfg.notes)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
 		var buf bytes.Buffer
-		writeMarkdown(&buf, start, took, m, cfg, sections)
+		writeMarkdown(&buf, start, took, m, cfg, sections, string(notes))
 		if err := os.WriteFile(cfg.out, buf.Bytes(), 0o644); err != nil {
 			return err
 		}

@@ -68,11 +68,11 @@ func formatValue(v float64, unit string) string {
 		return "—"
 	case math.IsInf(v, 1):
 		return "not arrived"
-	case a >= 1000:
+	case a >= 999.5: // what rounds to 1000 or more
 		s = groupThousands(fmt.Sprintf("%.0f", v))
-	case a >= 100:
+	case a >= 99.95:
 		s = fmt.Sprintf("%.0f", v)
-	case a >= 10:
+	case a >= 9.995:
 		s = fmt.Sprintf("%.1f", v)
 	default:
 		s = fmt.Sprintf("%.2f", v)

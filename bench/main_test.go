@@ -1,0 +1,84 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseFlags(t *testing.T) {
+	t.Parallel()
+	full, err := parseFlags(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full.backlogN != 1_000_000 || full.latencyRate != 1000 || full.latencyFor != 20*time.Second || full.out != "BENCHMARKS.md" {
+		t.Errorf("defaults are not issue 7's full run: %+v", full)
+	}
+	smoke, err := parseFlags([]string{"-smoke", "-backlog", "1234"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if smoke.out != "" || smoke.latencyFor != time.Second || smoke.backlogN != 1234 {
+		t.Errorf("-smoke must shrink the sizes, write nothing and keep explicit flags: %+v", smoke)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-ceiling-n", "0"}, "-ceiling-n"},
+		{[]string{"-rate", "-5"}, "-rate"},
+		{[]string{"-batch-size", "1001"}, "-batch-size"},
+		{[]string{"-only", "emit,nope"}, `"nope"`},
+		{[]string{"extra"}, `"extra"`},
+	} {
+		if _, err := parseFlags(tc.args); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parseFlags(%q) = %v, want an error naming %s", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestEventBody(t *testing.T) {
+	t.Parallel()
+	for _, size := range []int{64, 1024, 4096} {
+		b := eventBody(size, 42)
+		if len(b) != size || !json.Valid(b) {
+			t.Errorf("eventBody(%d) is %d bytes, valid JSON %v: %s", size, len(b), json.Valid(b), b)
+		}
+	}
+}
+
+func TestEmitRequest(t *testing.T) {
+	t.Parallel()
+	data := eventBody(100, 1)
+	var one struct {
+		ID, Type string
+		Data     json.RawMessage
+	}
+	if err := json.Unmarshal(emitRequest("e", 7, 1, data), &one); err != nil || one.ID != "e-7" || one.Type != eventType || string(one.Data) != string(data) {
+		t.Errorf("single request: %+v, %v", one, err)
+	}
+	var batch struct{ Events []struct{ ID string } }
+	if err := json.Unmarshal(emitRequest("b", 3, 5, data), &batch); err != nil || len(batch.Events) != 5 || batch.Events[4].ID != "b-3-4" {
+		t.Errorf("batch request: %+v, %v", batch, err)
+	}
+}
+
+func TestFormatValue(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		v    float64
+		unit string
+		want string
+	}{
+		{1234567, "/s", "1,234,567/s"}, {-4321, "", "-4,321"}, {999.6, "ms", "1,000 ms"}, {123.4, "MB", "123 MB"},
+		{12.34, "ms", "12.3 ms"}, {0.052, "deliveries", "0.05 deliveries"}, {3, "%", "3.00%"},
+		{math.NaN(), "×", "—"}, {math.Inf(1), "ms", "not arrived"},
+	} {
+		if got := formatValue(tc.v, tc.unit); got != tc.want {
+			t.Errorf("formatValue(%v, %q) = %q, want %q", tc.v, tc.unit, got, tc.want)
+		}
+	}
+}

@@ -70,6 +70,12 @@ func (d *DB) Statuses(t testing.TB) map[string]int64 {
 	return d.countBy(t, `SELECT status, count(*) FROM deliveries GROUP BY status`)
 }
 
+// AttemptOutcomes returns the number of attempts per outcome.
+func (d *DB) AttemptOutcomes(t testing.TB) map[string]int64 {
+	t.Helper()
+	return d.countBy(t, `SELECT outcome, count(*) FROM attempts GROUP BY outcome`)
+}
+
 func (d *DB) countBy(t testing.TB, query string, args ...any) map[string]int64 {
 	t.Helper()
 	rows, err := d.db.Query(query, args...)
@@ -85,6 +91,28 @@ func (d *DB) countBy(t testing.TB, query string, args ...any) map[string]int64 {
 			t.Fatal(err)
 		}
 		out[k] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// DeliveryStatuses returns the status of every delivery, keyed "<subscriber id> <event id>".
+func (d *DB) DeliveryStatuses(t testing.TB) map[string]string {
+	t.Helper()
+	rows, err := d.db.Query(`SELECT d.subscriber_id, e.id, d.status FROM deliveries d JOIN events e ON e.seq = d.event_seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var sub, ev, st string
+		if err := rows.Scan(&sub, &ev, &st); err != nil {
+			t.Fatal(err)
+		}
+		out[sub+" "+ev] = st
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)

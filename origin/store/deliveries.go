@@ -320,10 +320,3 @@ func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 	}
 	return total, nil
 }
-
-func ignoreNotFound(err error) error {
-	if errors.Is(err, ErrNotFound) {
-		return nil
-	}
-	return err
-}

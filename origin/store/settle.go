@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -109,12 +110,7 @@ func (s *Store) Settle(ctx context.Context, now time.Time, policy CircuitPolicy,
 			}
 			bySub[it.SubscriberID] = append(bySub[it.SubscriberID], it)
 		}
-		for _, id := range order {
-			if err := settleSubscriber(ctx, tx, id, bySub[id], now, policy); err != nil {
-				return fmt.Errorf("settle subscriber %s: %w", id, err)
-			}
-		}
-		return nil
+		return settleSubscribers(ctx, tx, order, bySub, now, policy)
 	})
 	return stale, err
 }
@@ -226,57 +222,91 @@ func logAttempts(ctx context.Context, tx *sql.Tx, items []Settlement, done map[i
 	return err
 }
 
-// settleSubscriber applies the effects of a subscriber's settlements, in order: the latest pause,
-// a disable, and the circuit breaker folded over every success and failure, with one read and at
-// most one write of its limiter row.
-func settleSubscriber(ctx context.Context, tx *sql.Tx, id string, items []*Settlement, now time.Time, policy CircuitPolicy) error {
-	var pause time.Time
-	disable := ""
-	circuitNews := false
-	for _, it := range items {
-		if it.PauseUntil.After(pause) {
-			pause = it.PauseUntil
+// limiterState is the part of a subscriber's limiter row that settling changes.
+type limiterState struct {
+	ID       string `json:"id"`
+	Failures int    `json:"failures"`
+	Circuit  string `json:"circuit"`
+	Until    int64  `json:"until"`
+	Opens    int    `json:"opens"`
+	Paused   int64  `json:"paused"`
+}
+
+// settleSubscribers applies the effects of the settlements on their subscribers, in order: a
+// disable (410), the latest Retry-After pause, and the circuit breaker folded over every success
+// and failure. The limiter rows are read with one statement and only the changed ones written with
+// another: in the common case (successes on a closed circuit) nothing is written.
+func settleSubscribers(ctx context.Context, tx *sql.Tx, order []string, bySub map[string][]*Settlement, now time.Time, policy CircuitPolicy) error {
+	var ids []string
+	for _, id := range order {
+		news := false
+		for _, it := range bySub[id] {
+			if it.Disable != "" {
+				if err := setStateTx(ctx, tx, id, StateDisabled, it.Disable, ms(now)); err != nil && !errors.Is(err, ErrNotFound) {
+					return fmt.Errorf("settle subscriber %s: %w", id, err)
+				}
+				break
+			}
 		}
-		if disable == "" {
-			disable = it.Disable
+		for _, it := range bySub[id] {
+			news = news || !it.PauseUntil.IsZero() || it.Circuit != CircuitNone
 		}
-		circuitNews = circuitNews || it.Circuit != CircuitNone
+		if news {
+			ids = append(ids, id)
+		}
 	}
-	if disable != "" {
-		if err := setStateTx(ctx, tx, id, StateDisabled, disable, ms(now)); err != nil {
-			return ignoreNotFound(err)
-		}
-	}
-	if pause.IsZero() && !circuitNews {
+	if len(ids) == 0 {
 		return nil
 	}
-	var failures, opens int
-	var circuit string
-	var until, paused int64
-	err := tx.QueryRowContext(ctx, `SELECT consecutive_failures, circuit, circuit_opens, circuit_until, paused_until FROM limiter WHERE subscriber_id = ?`,
-		id).Scan(&failures, &circuit, &opens, &until, &paused)
+	list, _ := json.Marshal(ids)
+	rows, err := tx.QueryContext(ctx, `SELECT subscriber_id, consecutive_failures, circuit, circuit_until, circuit_opens, paused_until
+		FROM limiter WHERE subscriber_id IN (SELECT value FROM json_each(?))`, string(list))
 	if err != nil {
-		return ignoreNoRows(err)
+		return err
 	}
-	paused = max(paused, ms(pause))
+	var changed []limiterState
+	for rows.Next() {
+		var st limiterState
+		if err := rows.Scan(&st.ID, &st.Failures, &st.Circuit, &st.Until, &st.Opens, &st.Paused); err != nil {
+			rows.Close()
+			return err
+		}
+		if next := st.apply(bySub[st.ID], now, policy); next != st {
+			changed = append(changed, next)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(changed) == 0 {
+		return err
+	}
+	data, _ := json.Marshal(changed)
+	_, err = tx.ExecContext(ctx, `UPDATE limiter SET consecutive_failures = j.failures, circuit = j.circuit, circuit_until = j.until,
+			circuit_opens = j.opens, paused_until = j.paused
+		FROM (SELECT value->>'id' AS id, value->>'failures' AS failures, value->>'circuit' AS circuit, value->>'until' AS until,
+			value->>'opens' AS opens, value->>'paused' AS paused FROM json_each(?)) AS j
+		WHERE limiter.subscriber_id = j.id`, string(data))
+	return err
+}
+
+// apply folds a subscriber's settlements, in order, into its limiter state.
+func (st limiterState) apply(items []*Settlement, now time.Time, policy CircuitPolicy) limiterState {
 	for _, it := range items {
+		st.Paused = max(st.Paused, ms(it.PauseUntil))
 		switch it.Circuit {
 		case CircuitSuccess:
-			failures, circuit, until, opens = 0, "closed", 0, 0
+			st.Failures, st.Circuit, st.Until, st.Opens = 0, "closed", 0, 0
 		case CircuitFailure:
-			failures++
+			st.Failures++
 			// A failed probe re-opens at once; an open circuit only counts (its cool-down runs).
-			if circuit == "probing" || circuit == "closed" && policy.Threshold > 0 && failures >= policy.Threshold {
-				opens++
-				cool := policy.BaseCooldown << min(opens-1, 30)
+			if st.Circuit == "probing" || st.Circuit == "closed" && policy.Threshold > 0 && st.Failures >= policy.Threshold {
+				st.Opens++
+				cool := policy.BaseCooldown << min(st.Opens-1, 30)
 				if cool > policy.MaxCooldown || cool <= 0 {
 					cool = policy.MaxCooldown
 				}
-				circuit, until = "open", ms(now.Add(cool))
+				st.Circuit, st.Until = "open", ms(now.Add(cool))
 			}
 		}
 	}
-	_, err = tx.ExecContext(ctx, `UPDATE limiter SET consecutive_failures = ?, circuit = ?, circuit_until = ?, circuit_opens = ?, paused_until = ?
-		WHERE subscriber_id = ?`, failures, circuit, until, opens, paused, id)
-	return err
+	return st
 }

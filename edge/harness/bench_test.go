@@ -59,10 +59,11 @@ func guestMACModule(b *testing.B) string {
 }
 
 // runtimes are the relays BenchmarkRelay1KB compares.
-var runtimes = []string{"native", "wasi", "wasi-guest-hmac"}
+var runtimes = []string{"native", "wasi", "wasi-uninterruptible", "wasi-guest-hmac"}
 
 // BenchmarkRelay1KB relays deliveries with a 1 KB body, one at a time, through the native core
-// and through the WASI module (HMAC in the host, and in the guest for comparison), with a stub
+// and through the WASI module (HMAC in the host; then also uninterruptible, and with the HMAC in the
+// guest, for comparison), with a stub
 // upstream (the relay's own cost) and with a real subscriber on 127.0.0.1. Each iteration runs
 // one request on every runtime in turn, so all see the same machine load; the medians of the
 // per-request times are reported (this machine is shared and noisy).
@@ -145,6 +146,7 @@ func benchRelay(b *testing.B, rt string, deps relay.Deps) harness.Relay {
 	}
 	h, err := harness.NewHost(context.Background(), harness.HostConfig{
 		WASM: wasm, CacheDir: cacheDir, Pool: 1, CallTimeout: 10 * time.Second, Relay: relayConfig(), Deps: deps, Logger: quiet,
+		Uninterruptible: rt == "wasi-uninterruptible",
 	})
 	if err != nil {
 		b.Fatal(err)

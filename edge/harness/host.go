@@ -39,6 +39,11 @@ type HostConfig struct {
 	// Deps are what the module's host functions reach: the KV namespaces, the upstream, the clock.
 	Deps   relay.Deps
 	Logger *slog.Logger
+	// Uninterruptible compiles the module without wazero's termination checks, which run at
+	// every function entry of Go-compiled WASM: guest code runs about 2.7 times faster, but a call
+	// past its deadline then ends only when the guest next calls the host (every host function
+	// traps once the deadline has passed), never inside a loop of the guest's own.
+	Uninterruptible bool
 }
 
 // CacheDir returns the default compilation cache directory: edgehook/wazero under the user cache
@@ -109,7 +114,7 @@ func NewHost(ctx context.Context, cfg HostConfig) (*Host, error) {
 	h := &Host{
 		cache: cache, deps: cfg.Deps, timeout: cfg.CallTimeout, log: cfg.Logger,
 		slots: make(chan *instance, cfg.Pool),
-		rt:    wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(cache).WithCloseOnContextDone(true)),
+		rt:    wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(cache).WithCloseOnContextDone(!cfg.Uninterruptible)),
 	}
 	if err := h.start(ctx, cfg.WASM, env); err != nil {
 		_ = h.Close(ctx)
@@ -298,11 +303,16 @@ func (h *Host) instantiateHostModule(ctx context.Context) error {
 	return err
 }
 
-// running returns the instance whose call reached a host function.
+// running returns the instance whose call reached a host function. It traps the guest (a panic
+// in a host function does) when the call is past its deadline, which is how an uninterruptible
+// module is stopped.
 func running(ctx context.Context) *instance {
 	in, ok := ctx.Value(callKey{}).(*instance)
 	if !ok {
-		panic("edgehook host function called outside a request") // traps the guest
+		panic("edgehook host function called outside a request")
+	}
+	if err := ctx.Err(); err != nil {
+		panic(fmt.Errorf("call deadline: %w", err))
 	}
 	return in
 }
@@ -386,17 +396,20 @@ func take(ctx context.Context, m api.Module, stack []uint64) {
 	in.pending = nil
 }
 
-func (h *Host) now(_ context.Context, _ api.Module, stack []uint64) {
+func (h *Host) now(ctx context.Context, _ api.Module, stack []uint64) {
+	running(ctx)
 	stack[0] = uint64(h.deps.Clock.Now().UnixNano())
 }
 
-func (h *Host) logLine(_ context.Context, m api.Module, stack []uint64) {
+func (h *Host) logLine(ctx context.Context, m api.Module, stack []uint64) {
+	running(ctx)
 	h.log.Warn(readString(m, stack[0], stack[1]))
 }
 
 // hmacSHA256 hashes straight from guest memory views: nothing calls back into the guest while
 // they are in use.
-func hmacSHA256(_ context.Context, m api.Module, stack []uint64) {
+func hmacSHA256(ctx context.Context, m api.Module, stack []uint64) {
+	running(ctx)
 	mac := hmac.New(sha256.New, view(m, stack[0], stack[1]))
 	iov := view(m, stack[2], stack[3]*8)
 	for i := 0; i < len(iov); i += 8 {

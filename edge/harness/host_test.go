@@ -2,6 +2,7 @@ package harness_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -140,23 +141,27 @@ func TestHostReplacesTrappedInstance(t *testing.T) {
 // closes the instance (a bare 500; it is replaced) or the guest gets there first and answers
 // upstream_timeout. Without the deadline this test would hang. The next request is relayed.
 func TestHostCallDeadline(t *testing.T) {
-	block := func(ctx context.Context) (*relay.UpstreamResponse, error) {
-		<-ctx.Done()
-		return nil, ctx.Err()
-	}
-	up := &scriptedUpstream{script: []func(context.Context) (*relay.UpstreamResponse, error){block, ok}}
-	e := newHost(t, up, 1, 2*time.Second)
-	e.addSubscriber(t, "sub_1", "http://127.0.0.1:1/unused")
+	for _, uninterruptible := range []bool{false, true} {
+		t.Run(fmt.Sprintf("uninterruptible=%v", uninterruptible), func(t *testing.T) {
+			block := func(ctx context.Context) (*relay.UpstreamResponse, error) {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+			up := &scriptedUpstream{script: []func(context.Context) (*relay.UpstreamResponse, error){block, ok}}
+			e := newHostWith(t, up, 1, 2*time.Second, uninterruptible)
+			e.addSubscriber(t, "sub_1", "http://127.0.0.1:1/unused")
 
-	cut := e.host.Handle(context.Background(), signedRequest("del_1", "sub_1", []byte("{}"), time.Now()))
-	killed := cut.Status == 500 && outcome(cut) == "" && strings.Contains(cut.Detail, "deadline")
-	answered := cut.Status == 504 && outcome(cut) == string(wire.OutcomeUpstreamTimeout)
-	if !killed && !answered {
-		t.Fatalf("cut call: %d %q %q, want a bare 500 naming the deadline or 504 upstream_timeout", cut.Status, outcome(cut), cut.Detail)
-	}
-	next := e.host.Handle(context.Background(), signedRequest("del_2", "sub_1", []byte("{}"), time.Now()))
-	if next.Status != 200 || outcome(next) != string(wire.OutcomeForwarded) {
-		t.Fatalf("next call: %d %q (%s), want 200 forwarded", next.Status, outcome(next), next.Detail)
+			cut := e.host.Handle(context.Background(), signedRequest("del_1", "sub_1", []byte("{}"), time.Now()))
+			killed := cut.Status == 500 && outcome(cut) == "" && strings.Contains(cut.Detail, "deadline")
+			answered := cut.Status == 504 && outcome(cut) == string(wire.OutcomeUpstreamTimeout)
+			if !killed && !answered {
+				t.Fatalf("cut call: %d %q %q, want a bare 500 naming the deadline or 504 upstream_timeout", cut.Status, outcome(cut), cut.Detail)
+			}
+			next := e.host.Handle(context.Background(), signedRequest("del_2", "sub_1", []byte("{}"), time.Now()))
+			if next.Status != 200 || outcome(next) != string(wire.OutcomeForwarded) {
+				t.Fatalf("next call: %d %q (%s), want 200 forwarded", next.Status, outcome(next), next.Detail)
+			}
+		})
 	}
 }
 

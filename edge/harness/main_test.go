@@ -96,6 +96,12 @@ type env struct {
 // newHost starts a host over fresh KV namespaces with the given upstream and pool size.
 func newHost(t testing.TB, up relay.Upstream, pool int, callTimeout time.Duration) *env {
 	t.Helper()
+	return newHostWith(t, up, pool, callTimeout, false)
+}
+
+// newHostWith is newHost with the choice of HostConfig.Uninterruptible.
+func newHostWith(t testing.TB, up relay.Upstream, pool int, callTimeout time.Duration, uninterruptible bool) *env {
+	t.Helper()
 	wasm, err := os.ReadFile(wasmPath)
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +111,7 @@ func newHost(t testing.TB, up relay.Upstream, pool int, callTimeout time.Duratio
 	e.host, err = harness.NewHost(context.Background(), harness.HostConfig{
 		WASM: wasm, CacheDir: cacheDir, Pool: pool, CallTimeout: callTimeout, Relay: relayConfig(),
 		Deps:   relay.Deps{Subscribers: e.subscribers, Dedup: e.dedup, Upstream: up, Clock: e.clock},
-		Logger: quiet,
+		Logger: quiet, Uninterruptible: uninterruptible,
 	})
 	if err != nil {
 		t.Fatal(err)

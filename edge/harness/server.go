@@ -50,6 +50,9 @@ type Config struct {
 	CacheDir string
 	// Clock is the edge's clock; nil means the system clock.
 	Clock relay.Clock
+	// Uninterruptible trades the interruption of a guest stuck in its own code for speed; see
+	// HostConfig.Uninterruptible.
+	Uninterruptible bool
 }
 
 func (c *Config) setDefaults() {
@@ -97,7 +100,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	s.host, err = NewHost(ctx, HostConfig{
 		WASM: wasm, CacheDir: cfg.CacheDir, Pool: cfg.Pool, CallTimeout: cfg.CallTimeout, Relay: cfg.Relay,
 		Deps:   relay.Deps{Subscribers: s.subscribers, Dedup: s.dedup, Upstream: NewUpstream(), Clock: cfg.Clock},
-		Logger: log,
+		Logger: log, Uninterruptible: cfg.Uninterruptible,
 	})
 	if err != nil {
 		return nil, err

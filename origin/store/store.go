@@ -64,6 +64,9 @@ func (o *Options) setDefaults() error {
 	if o.Path == "" {
 		return fieldErrf("path", "the database path is required")
 	}
+	if strings.ContainsAny(o.Path, "?#") {
+		return fieldErrf("path", "%q: '?' and '#' are not allowed in the database path", o.Path)
+	}
 	switch strings.ToUpper(o.Synchronous) {
 	case "":
 		o.Synchronous = SyncNormal

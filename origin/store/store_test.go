@@ -104,6 +104,7 @@ func TestOpenValidatesOptions(t *testing.T) {
 	}{
 		{Options{}, "path"},
 		{Options{Path: "x.db", Synchronous: "OFF"}, "synchronous"},
+		{Options{Path: "x.db?mode=ro"}, "path"},
 		{Options{Path: "x.db", BacklogCap: -1}, "backlog_cap"},
 	} {
 		_, err := Open(context.Background(), tc.opts)

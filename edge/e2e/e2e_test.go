@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -287,7 +288,8 @@ func emit(t *testing.T, api string) {
 
 // TestDev runs `edgehook dev` (what `make run` starts) and waits for every sample delivery to be
 // printed as received and verified: three events to the Standard Webhooks sample, the one
-// video.trending to the legacy sample.
+// video.trending to the legacy sample. Then a subscriber added through the API while dev runs
+// must reach the local edge and get its event.
 func TestDev(t *testing.T) {
 	cmd := exec.Command(edgehookBin, "--db", filepath.Join(t.TempDir(), "dev.db"), "--log-level", "warn",
 		"dev", "--listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0", "--wasm", wasmPath)
@@ -295,12 +297,11 @@ func TestDev(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int{"sample-standard": 3, "sample-legacy": 1}
 	lines := make(chan string)
 	go func() {
 		defer close(lines)
@@ -309,17 +310,31 @@ func TestDev(t *testing.T) {
 			lines <- sc.Text()
 		}
 	}()
+	defer func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		for range lines { // drain until dev closes its output
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("dev after Ctrl-C: %v\n%s", err, stderr)
+		}
+	}()
+
+	want := map[string]int{"sample-standard": 3, "sample-legacy": 1}
 	timeout := time.After(time.Minute)
 	var seen []string
+	api := ""
 	for remaining := 4; remaining > 0; {
 		select {
 		case line, ok := <-lines:
 			if !ok {
-				t.Fatalf("dev exited early:\n%s\n%s", strings.Join(seen, "\n"), stderr.String())
+				t.Fatalf("dev exited early:\n%s\n%s", strings.Join(seen, "\n"), stderr)
 			}
 			seen = append(seen, line)
 			f := strings.Fields(line)
-			if len(f) >= 2 && f[0] == "received" && want[f[1]] > 0 {
+			switch {
+			case len(f) >= 2 && f[0] == "api":
+				api = f[1]
+			case len(f) >= 2 && f[0] == "received" && want[f[1]] > 0:
 				if !strings.Contains(line, "signature verified") {
 					t.Fatalf("a sample receiver rejected a delivery: %s", line)
 				}
@@ -327,15 +342,84 @@ func TestDev(t *testing.T) {
 				remaining--
 			}
 		case <-timeout:
-			t.Fatalf("missing deliveries %v after a minute:\n%s\n%s", want, strings.Join(seen, "\n"), stderr.String())
+			t.Fatalf("missing deliveries %v after a minute:\n%s\n%s", want, strings.Join(seen, "\n"), stderr)
 		}
 	}
-	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+	go func() { // keep draining: dev blocks on a full pipe
+		for range lines {
+		}
+	}()
+	if api == "" {
+		t.Fatalf("dev printed no api line:\n%s", strings.Join(seen, "\n"))
+	}
+
+	got := make(chan error, 1)
+	var secret atomic.Pointer[signature.Secret]
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		s := secret.Load()
+		err := errors.New("secret not known yet")
+		if s != nil {
+			err = signature.Verify([]signature.Secret{*s}, r.Header.Get(wire.HeaderWebhookID), r.Header.Get(wire.HeaderWebhookTimestamp),
+				r.Header.Get(wire.HeaderWebhookSignature), body, time.Now(), signature.DefaultTolerance)
+		}
+		select {
+		case got <- err:
+		default:
+		}
+	}))
+	defer rcv.Close()
+	var sub struct {
+		Secret string `json:"secret"`
+	}
+	mustJSON(t, post(t, api+"/v1/subscribers", `{"id":"added","url":"`+rcv.URL+`/hook","events":["test.synced"],"mode":"edge"}`, http.StatusCreated), &sub)
+	s, err := signature.ParseSecret(sub.Secret)
+	if err != nil {
 		t.Fatal(err)
 	}
-	for range lines { // drain until dev closes its output
+	secret.Store(&s)
+	post(t, api+"/v1/events", `{"type":"test.synced","data":{"n":1}}`, http.StatusAccepted)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("the subscriber added while dev runs got an unverifiable delivery: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("the subscriber added while dev runs got nothing in a minute:\n%s", stderr)
 	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("dev after Ctrl-C: %v\n%s", err, stderr.String())
+}
+
+// post sends a JSON body and wants the status; it returns the response body.
+func post(t *testing.T, url, body string, status int) []byte {
+	t.Helper()
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != status {
+		t.Fatalf("POST %s: %d %s, want %d", url, resp.StatusCode, data, status)
+	}
+	return data
+}
+
+// lockedBuffer is a bytes.Buffer a child process writes while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

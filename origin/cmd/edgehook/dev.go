@@ -117,20 +117,31 @@ func runDev(ctx context.Context, out io.Writer, log *slog.Logger, listen, edgeLi
 		return err
 	}
 	defer edge.Close(context.WithoutCancel(ctx))
-	kv, err := exportKV(ctx, st, false)
+	n, err := syncEdgeKV(ctx, st, edge)
 	if err != nil {
 		return err
 	}
-	entries, err := wire.DecodeBulk(kv)
-	if err != nil {
-		return err
-	}
-	edge.Subscribers().LoadBulk(entries)
+	// Subscribers added or changed through the API while dev runs reach the edge too, as
+	// re-running `edge export-kv` and `wrangler kv bulk put` would.
+	servers.Go(func() {
+		tick := time.NewTicker(devKVSync)
+		defer tick.Stop()
+		for {
+			select {
+			case <-srvCtx.Done():
+				return
+			case <-tick.C:
+				if _, err := syncEdgeKV(srvCtx, st, edge); err != nil && srvCtx.Err() == nil {
+					log.Warn("dev: copying the subscribers to the edge", "err", err)
+				}
+			}
+		}
+	})
 	edgeURL, err := serveOn(srvCtx, &servers, edgeListen, edge.Handler())
 	if err != nil {
 		return fmt.Errorf("--edge-listen: %w", err)
 	}
-	say("edge      %s  (the relay core as a WASI module in wazero; %d subscriber records)", edgeURL, len(entries))
+	say("edge      %s  (the relay core as a WASI module in wazero; %d subscriber records)", edgeURL, n)
 
 	eng, err := engine.New(st, engine.Config{EdgeURL: edgeURL + "/", EdgeSecrets: []signature.Secret{edgeSecret},
 		PollInterval: 100 * time.Millisecond, Version: Version()}, log, nil)
@@ -161,6 +172,24 @@ func runDev(ctx context.Context, out io.Writer, log *slog.Logger, listen, edgeLi
 	<-ctx.Done()
 	say("stopping")
 	return nil
+}
+
+// devKVSync is how often dev copies the subscribers' records to the local edge.
+const devKVSync = 2 * time.Second
+
+// syncEdgeKV writes the edge records of the subscribers into the local edge's SUBSCRIBERS
+// namespace and returns how many there are.
+func syncEdgeKV(ctx context.Context, st *store.Store, edge *harness.Server) (int, error) {
+	kv, err := exportKV(ctx, st, false)
+	if err != nil {
+		return 0, err
+	}
+	entries, err := wire.DecodeBulk(kv)
+	if err != nil {
+		return 0, err
+	}
+	edge.Subscribers().LoadBulk(entries)
+	return len(entries), nil
 }
 
 // serveOn serves h on addr until ctx ends and returns its base URL.

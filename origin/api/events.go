@@ -1,10 +1,13 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/edgehook/edgehook/origin/store"
+	"github.com/edgehook/edgehook/shared/wire"
 	"github.com/labstack/echo/v4"
 )
 
@@ -20,7 +23,7 @@ func (s *Server) emit(c echo.Context) error {
 	}
 	res, err := s.store.Emit(c.Request().Context(), in)
 	if err != nil {
-		return err
+		return dataField(err)
 	}
 	return c.JSON(http.StatusAccepted, NewEmitResult(res))
 }
@@ -47,11 +50,22 @@ func (s *Server) emitBatch(c echo.Context) error {
 	}
 	res, err := s.store.EmitBatch(c.Request().Context(), ins)
 	if err != nil {
-		return err
+		return dataField(err)
 	}
 	out := BatchResult{Results: make([]EmitResult, len(res))}
 	for i, r := range res {
 		out.Results[i] = NewEmitResult(r)
 	}
 	return c.JSON(http.StatusAccepted, out)
+}
+
+// dataField names the store's "body" field (the event's bytes) as the request calls it: "data".
+func dataField(err error) error {
+	var fe *wire.FieldError
+	if errors.As(err, &fe) {
+		if prefix, ok := strings.CutSuffix(fe.Field, "body"); ok {
+			return &wire.FieldError{Field: prefix + "data", Err: fe.Err}
+		}
+	}
+	return err
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/edgehook/edgehook/shared/wire"
 )
@@ -92,6 +93,11 @@ func (s *Store) validateEmit(in *EmitInput, prefix string) error {
 	}
 	if len(in.Body) > s.opts.MaxBodyBytes {
 		return fieldErrf(prefix+"body", "%d bytes, the maximum is %d", len(in.Body), s.opts.MaxBodyBytes)
+	}
+	// encoding/json accepts invalid UTF-8 inside strings; JSON exchanged between systems must be
+	// UTF-8 (RFC 8259 §8.1), and a subscriber's strict parser would refuse it on every retry.
+	if !utf8.Valid(in.Body) {
+		return fieldErrf(prefix+"body", "is not valid UTF-8")
 	}
 	if !json.Valid(in.Body) {
 		return fieldErrf(prefix+"body", "is not valid JSON")

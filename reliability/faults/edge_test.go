@@ -100,8 +100,9 @@ func TestEdgeWrongSecret(t *testing.T) {
 			t.Errorf("attempt %+v, want 401 edge_rejected bad_signature", a)
 		}
 	}
-	if st, _ := e.inspect.Delivery(t, "evt_wrong", "sub"); st.Status == "dead" {
-		t.Errorf("delivery %+v: an edge rejection must not use up the attempts", st)
+	final, _ := e.inspect.Delivery(t, "evt_wrong", "sub")
+	if final.Status == "dead" {
+		t.Errorf("delivery %+v: an edge rejection must not use up the attempts", final)
 	}
 	if c := e.inspect.Circuit(t, "sub"); c == "open" {
 		t.Errorf("circuit %s: edge rejections are not the subscriber's failures", c)
@@ -121,7 +122,8 @@ func TestEdgeWrongSecret(t *testing.T) {
 	if sink.Total() != 0 {
 		t.Errorf("the subscriber was called %d times through an edge that rejects the hop", sink.Total())
 	}
-	rig.Record(t, "faults-edge-wrong-secret", map[string]any{"rejected_attempts": rejections, "dead": 0, "subscriber_requests": sink.Total()})
+	rig.Record(t, "faults-edge-wrong-secret", map[string]any{"rejected_attempts": rejections, "max_attempts": 3,
+		"delivery_status": final.Status, "circuit": e.inspect.Circuit(t, "sub"), "subscriber_requests": sink.Total()})
 }
 
 // TestEdgeSlow puts a delaying proxy in front of the edge. A sluggish answer within the

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"bufio"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -146,7 +147,12 @@ func TestSubscriberFaults(t *testing.T) {
 	if st.LastStatus != http.StatusFound || len(tl.get("/ok")) != 1 {
 		t.Errorf("/redirect: %+v; /ok requested %d times (want 1: its own delivery only)", st, len(tl.get("/ok")))
 	}
-	rig.Record(t, "faults-subscriber", map[string]any{"faults": len(paths) - 1, "requests": sink.Total(), "seconds": time.Since(start).Round(time.Second).Seconds()})
+	outcomes := map[string]string{}
+	for _, p := range paths {
+		st, _ := e.inspect.Delivery(t, "evt_fault", id(p))
+		outcomes[p] = fmt.Sprintf("%s after %d attempt(s)", st.Status, st.Attempts)
+	}
+	rig.Record(t, "faults-subscriber", map[string]any{"requests": sink.Total(), "seconds": time.Since(start).Round(time.Second).Seconds(), "outcomes": outcomes})
 }
 
 // rawSink answers on a TCP listener with a hand-written response, for faults net/http will not

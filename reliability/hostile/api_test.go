@@ -170,7 +170,13 @@ func TestHostileAPI(t *testing.T) {
 	if ok.Status != http.StatusAccepted {
 		t.Fatalf("a valid emit after the hostile ones: %d %s", ok.Status, ok.Body)
 	}
-	rig.Record(t, "hostile-api", map[string]any{"inputs": len(cases), "refused_correctly": refused, "server_crashes": 0})
+	exits := 0
+	select {
+	case <-o.Done():
+		exits = 1
+	default:
+	}
+	rig.Record(t, "hostile-api", map[string]any{"inputs": len(cases), "refused_correctly": refused, "server_exits": exits})
 }
 
 // checkRefusal checks the status, the JSON error's code and the field it names ("-": none; a
@@ -252,13 +258,15 @@ func TestHostileHeaders(t *testing.T) {
 	for i := range 20000 {
 		many.Set(fmt.Sprintf("X-H-%d", i), strings.Repeat("v", 64))
 	}
-	for name, h := range map[string]http.Header{
+	headerCases := map[string]http.Header{
 		"one 2 MB header":  {"X-Big": {strings.Repeat("a", 2<<20)}},
 		"20000 headers":    many,
 		"huge bearer":      {"Authorization": {"Bearer " + strings.Repeat("t", 2<<20)}},
 		"huge request id":  {"X-Request-Id": {strings.Repeat("r", 2<<20)}},
 		"huge cookie list": {"Cookie": {strings.Repeat("c=1; ", 300000)}},
-	} {
+	}
+	refused := 0
+	for name, h := range headerCases {
 		r, err := o.Try(http.MethodPost, "/v1/events", []byte(`{"type":"a.b","data":1}`), h)
 		if err != nil {
 			t.Errorf("%s: %v", name, err)
@@ -266,7 +274,9 @@ func TestHostileHeaders(t *testing.T) {
 		}
 		if r.Status != http.StatusRequestHeaderFieldsTooLarge {
 			t.Errorf("%s: status %d, want 431", name, r.Status)
+			continue
 		}
+		refused++
 	}
 	// A long but legal request id is replaced, never echoed or logged as sent.
 	r := o.Do(t, http.MethodGet, "/healthz", nil, http.Header{"X-Request-Id": {strings.Repeat("r", 300) + "/"}})
@@ -279,6 +289,7 @@ func TestHostileHeaders(t *testing.T) {
 	if ok := o.Do(t, http.MethodPost, "/v1/events", []byte(`{"type":"a.b","data":1}`), nil); ok.Status != http.StatusAccepted {
 		t.Fatalf("a valid emit after the huge headers: %d %s", ok.Status, ok.Body)
 	}
+	rig.Record(t, "hostile-headers", map[string]any{"inputs": len(headerCases), "refused_431": refused})
 }
 
 // TestHostileTokens runs the server with a token and checks that every request without the right
@@ -303,6 +314,7 @@ func TestHostileTokens(t *testing.T) {
 		"NUL after token": "Bearer " + token + "\x00",
 	}
 	before := inspect.TableCounts(t)
+	tried, refused := 0, 0
 	for name, auth := range cases {
 		for _, route := range []struct{ method, path string }{{"POST", "/v1/events"}, {"GET", "/v1/subscribers"}, {"GET", "/metrics"}, {"GET", "/v1/nope"}} {
 			h := http.Header{}
@@ -321,13 +333,16 @@ func TestHostileTokens(t *testing.T) {
 				}
 				t.Fatalf("%s %s %s: %v", name, route.method, route.path, err)
 			}
+			tried++
 			if r.Status != http.StatusUnauthorized {
 				t.Errorf("%s: %s %s: status %d, want 401", name, route.method, route.path, r.Status)
 				continue
 			}
 			if e, ok := r.Error(); !ok || e.Code != "unauthorized" {
 				t.Errorf("%s: %s %s: not the unauthorized JSON error: %s", name, route.method, route.path, r.Body)
+				continue
 			}
+			refused++
 		}
 	}
 	if after := inspect.TableCounts(t); !reflect.DeepEqual(before, after) {
@@ -340,6 +355,7 @@ func TestHostileTokens(t *testing.T) {
 	if r := o.Do(t, http.MethodGet, "/healthz", nil, http.Header{"Authorization": {"Bearer wrong"}}); r.Status != http.StatusOK {
 		t.Fatalf("/healthz is public: %d", r.Status)
 	}
+	rig.Record(t, "hostile-tokens", map[string]any{"requests": tried, "refused_401": refused})
 }
 
 // TestZeroRateIsTheDefault pins the documented meaning of zero: on create and on update, a zero

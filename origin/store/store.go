@@ -162,7 +162,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		stop: make(chan struct{}), done: make(chan struct{})}
 	if err := s.Migrate(ctx); err != nil {
 		w.Close()
-		return nil, err
+		return nil, fmt.Errorf("open %s: %w", opts.Path, err)
 	}
 	r, err := sql.Open("sqlite", dsn("&_pragma=query_only(1)"))
 	if err != nil {

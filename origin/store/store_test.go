@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,6 +112,15 @@ func TestOpenValidatesOptions(t *testing.T) {
 		if fieldOf(err) != tc.field {
 			t.Errorf("Open(%+v) = %v, want a field error on %s", tc.opts, err, tc.field)
 		}
+	}
+}
+
+func TestOpenNamesTheFileOnError(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "missing-dir", "q.db")
+	_, err := Open(context.Background(), Options{Path: path})
+	if err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Open in a missing directory: %v, want an error naming %s", err, path)
 	}
 }
 

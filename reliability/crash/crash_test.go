@@ -6,7 +6,7 @@
 //
 //	EDGEHOOK_CRASH_DELIVERIES  deliveries in the drain test        (default 20000)
 //	EDGEHOOK_CRASH_KILLS       SIGKILLs during the drain            (default 10)
-//	EDGEHOOK_CRASH_RATE        deliveries/s per subscriber (4 subs) (default 400)
+//	EDGEHOOK_CRASH_RATE        deliveries/s per subscriber (4 subs) (default 250)
 //	EDGEHOOK_CRASH_EMIT_KILLS  SIGKILLs during emit bursts          (default 5)
 package crash
 
@@ -65,7 +65,7 @@ func engineFlags(edgeURL string) []string {
 func TestCrashDrain(t *testing.T) {
 	total := size(t, "EDGEHOOK_CRASH_DELIVERIES", 20000)
 	kills := size(t, "EDGEHOOK_CRASH_KILLS", 10)
-	rate := size(t, "EDGEHOOK_CRASH_RATE", 400)
+	rate := size(t, "EDGEHOOK_CRASH_RATE", 250)
 	events := (total + subscribers - 1) / subscribers
 	total = events * subscribers
 
@@ -157,7 +157,7 @@ func TestCrashDrain(t *testing.T) {
 	var inFlight int64
 	began := time.Now()
 	for k := 0; k < kills; k++ {
-		time.Sleep(time.Duration(300+rand.IntN(1200)) * time.Millisecond)
+		time.Sleep(time.Duration(200+rand.IntN(800)) * time.Millisecond)
 		if settled() {
 			t.Fatalf("the drain finished after %d of %d kills: raise EDGEHOOK_CRASH_DELIVERIES or lower EDGEHOOK_CRASH_RATE", k, kills)
 		}

@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	// The user's cache, shared across runs: under -race a first compile takes about a minute.
+	// The user's cache, shared across runs and checkouts (the module is built with -trimpath).
 	cacheDir = harness.CacheDir()
 	wasmPath, err = harnesstest.BuildWASM(tmpDir, harnesstest.HostMACTag)
 	code := 1

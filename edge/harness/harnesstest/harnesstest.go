@@ -24,7 +24,7 @@ func BuildWASM(dir string, tags ...string) (string, error) {
 		name = "relay-" + strings.Join(tags, "-") + ".wasm"
 	}
 	out := filepath.Join(dir, name)
-	args := []string{"build", "-buildmode=c-shared", "-o", out}
+	args := []string{"build", "-trimpath", "-buildmode=c-shared", "-o", out}
 	if len(tags) > 0 {
 		args = append(args, "-tags", strings.Join(tags, ","))
 	}

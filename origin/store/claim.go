@@ -183,12 +183,14 @@ type spend struct {
 
 // spendTokens writes the buckets of the subscribers a claim took from, in one statement: the
 // refill is accounted up to now, a probe marks the circuit as probing until the lease ends.
+// refilled_at never goes back: a process whose clock reading is older than another's last claim
+// (it read the clock, then waited for the write lock) must not be credited that time twice.
 func spendTokens(ctx context.Context, tx *sql.Tx, spent []spend, now, leaseUntil int64) error {
 	data, err := json.Marshal(spent)
 	if err != nil {
 		return err
 	}
-	_, err = tx.ExecContext(ctx, `UPDATE limiter SET tokens = j.tokens, refilled_at = ?1, last_claim_at = ?1,
+	_, err = tx.ExecContext(ctx, `UPDATE limiter SET tokens = j.tokens, refilled_at = max(limiter.refilled_at, ?1), last_claim_at = ?1,
 			circuit = CASE WHEN j.probe THEN 'probing' ELSE limiter.circuit END,
 			circuit_until = CASE WHEN j.probe THEN ?2 ELSE limiter.circuit_until END
 		FROM (SELECT value->>'id' AS id, value->>'tokens' AS tokens, value->>'probe' AS probe FROM json_each(?3)) AS j

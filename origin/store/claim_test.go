@@ -347,3 +347,27 @@ func TestTwoHandlesShareLeasesAndBuckets(t *testing.T) {
 		t.Fatalf("two handles claimed %d together, want the shared burst of 4", got)
 	}
 }
+
+// TestStaleClockDoesNotRefillTwice: a process that read the clock before another's claim (and
+// then waited for the lock) must not be credited the same time again.
+func TestStaleClockDoesNotRefillTwice(t *testing.T) {
+	t.Parallel()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a", RatePerSec: 1, Burst: 2, MaxInFlight: 100})
+	emitN(t, s, "x", 10)
+	t0 := clk.Now()
+	for _, step := range []struct {
+		at    time.Duration
+		limit int
+		want  int
+	}{
+		{0, 1, 1},               // bucket 2 → 1
+		{2 * time.Second, 1, 1}, // refilled to 2 → 1
+		{time.Second, 1, 1},     // a stale reading: no refill, 1 → 0
+		{2 * time.Second, 10, 0},
+	} {
+		if got := len(claim(t, s, t0.Add(step.at), step.limit).Deliveries); got != step.want {
+			t.Fatalf("claim at +%s: %d, want %d", step.at, got, step.want)
+		}
+	}
+}

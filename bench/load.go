@@ -130,7 +130,7 @@ func send(ctx context.Context, c *http.Client, url string, body []byte, header h
 
 // paced sends requests at a steady rate for d, over at most conns connections at once, and
 // records when each request started. A request that cannot start on time (every connection busy)
-// starts late, and the achieved rate shows it.
+// starts late, or not at all past d, and the achieved rate shows it.
 type paced struct {
 	client *http.Client
 	conns  int
@@ -171,11 +171,16 @@ func (p paced) run(ctx context.Context) pacedResult {
 	}
 	begin := time.Now()
 	interval := time.Duration(float64(time.Second) / p.rate)
-	for i := 0; i < n && ctx.Err() == nil; i++ {
+	// Bounded in count (n) and in time: a request not started within d is not sent, and the
+	// achieved rate shows the shortfall.
+	for i := 0; i < n && ctx.Err() == nil && time.Since(begin) < p.d; i++ {
 		if wait := time.Until(begin.Add(time.Duration(i) * interval)); wait > 0 {
 			time.Sleep(wait)
 		}
-		jobs <- i
+		select {
+		case jobs <- i:
+		case <-time.After(time.Until(begin.Add(p.d))):
+		}
 	}
 	close(jobs)
 	wg.Wait()

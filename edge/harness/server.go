@@ -48,8 +48,6 @@ type Config struct {
 	CallTimeout time.Duration
 	// CacheDir holds the compilation cache; empty means CacheDir().
 	CacheDir string
-	// Clock is the edge's clock; nil means the system clock.
-	Clock relay.Clock
 	// Uninterruptible trades the interruption of a guest stuck in its own code for speed; see
 	// HostConfig.Uninterruptible.
 	Uninterruptible bool
@@ -67,9 +65,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.CallTimeout == 0 {
 		c.CallTimeout = DefaultCallTimeout
-	}
-	if c.Clock == nil {
-		c.Clock = relay.SystemClock{}
 	}
 }
 
@@ -89,7 +84,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay module: %w (run `make edge-wasm` to build it)", err)
 	}
-	s := &Server{cfg: cfg, subscribers: memkv.New(cfg.Clock), dedup: memkv.New(cfg.Clock)}
+	clock := relay.SystemClock{}
+	s := &Server{cfg: cfg, subscribers: memkv.New(clock), dedup: memkv.New(clock)}
 	if cfg.KVFile != "" {
 		entries, err := ReadBulkFile(cfg.KVFile)
 		if err != nil {
@@ -99,7 +95,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	s.host, err = NewHost(ctx, HostConfig{
 		WASM: wasm, CacheDir: cfg.CacheDir, Pool: cfg.Pool, CallTimeout: cfg.CallTimeout, Relay: cfg.Relay,
-		Deps:   relay.Deps{Subscribers: s.subscribers, Dedup: s.dedup, Upstream: NewUpstream(), Clock: cfg.Clock},
+		Deps:   relay.Deps{Subscribers: s.subscribers, Dedup: s.dedup, Upstream: NewUpstream(), Clock: clock},
 		Logger: log, Uninterruptible: cfg.Uninterruptible,
 	})
 	if err != nil {

@@ -34,6 +34,7 @@ func (b *bench) ceiling(ctx context.Context) section {
 	return s
 }
 
+// runCeiling runs the client role with conns connections and returns its result and CPU note.
 func (b *bench) runCeiling(ctx context.Context, conns int) (loadResult, string, error) {
 	b.sink.reset()
 	defer b.sink.reset()

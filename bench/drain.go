@@ -39,11 +39,14 @@ func (b *bench) drain(ctx context.Context) section {
 	return s
 }
 
+// drainResult is one drain's deliveries per second and how it went.
 type drainResult struct {
 	rate float64
 	note string
 }
 
+// runDrain queues deliveries (rounded up to whole events) in a new database and runs
+// `edgehook drain` over them, through a local edge in edge mode.
 func (b *bench) runDrain(ctx context.Context, name string, mode store.Mode, deliveries int) (drainResult, error) {
 	n := b.cfg.subscribers
 	events := (deliveries + n - 1) / n

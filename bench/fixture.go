@@ -37,6 +37,7 @@ type subscriberSpec struct {
 // subscriberID is the id of the i-th subscriber.
 func subscriberID(i int) string { return fmt.Sprintf("sub_%02d", i) }
 
+// inputs are the subscribers to create.
 func (s subscriberSpec) inputs() []store.SubscriberInput {
 	rate, burst := s.rate, s.burst
 	if rate == 0 {

@@ -146,6 +146,7 @@ type pacedResult struct {
 	loadResult
 }
 
+// run sends the paced requests and waits for the last answer.
 func (p paced) run(ctx context.Context) pacedResult {
 	n := int(p.rate * p.d.Seconds())
 	res := pacedResult{starts: make([]time.Time, n)}

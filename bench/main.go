@@ -69,6 +69,7 @@ var smokeSizes = map[string]string{
 	"isolation-for": "1s", "deliver-wait": "20s", "rate": "50", "rate-for": "1s", "backlog": "6000", "claims": "5", "rss-for": "500ms",
 }
 
+// parseFlags reads the command line; with -smoke, the smoke sizes replace the defaults.
 func parseFlags(args []string) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -125,6 +126,7 @@ func parseFlags(args []string) (config, error) {
 	return c, c.validate()
 }
 
+// validate names the first flag whose value is out of range.
 func (c *config) validate() error {
 	for _, p := range []struct {
 		name string
@@ -204,6 +206,7 @@ type bench struct {
 	ceiling32 float64
 }
 
+// run runs the sections, prints the table, writes the report, and fails if a section failed.
 func run(ctx context.Context, cfg config) error {
 	for _, f := range []string{cfg.edgehook, cfg.wasm} {
 		if _, err := os.Stat(f); err != nil {
@@ -274,6 +277,7 @@ func run(ctx context.Context, cfg config) error {
 	return nil
 }
 
+// describeMachine reads the cores, CPU model, Go version, load and commit.
 func describeMachine() machine {
 	m := machine{cores: runtime.NumCPU(), cpu: "unknown CPU", goVersion: runtime.Version(), loadStart: loadAverage(), commit: "unknown"}
 	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
@@ -290,6 +294,7 @@ func describeMachine() machine {
 	return m
 }
 
+// loadAverage is the 1, 5 and 15 minute load average from /proc/loadavg.
 func loadAverage() string {
 	data, err := os.ReadFile("/proc/loadavg")
 	if err != nil {

@@ -108,6 +108,7 @@ type cpuSpan struct {
 	machine time.Duration
 }
 
+// startCPU starts measuring the CPU of procs, of this program and of the machine.
 func startCPU(procs ...*proc) *cpuSpan {
 	c := &cpuSpan{start: time.Now(), procs: procs}
 	for _, p := range procs {

@@ -160,6 +160,7 @@ type memory struct {
 	HWM, RSS int64 // peak and current resident set, bytes
 }
 
+// readMemory reads VmHWM and VmRSS of a process.
 func readMemory(pid int) (memory, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {

@@ -31,6 +31,7 @@ type section struct {
 	err     error
 }
 
+// fig is a figure with no ratio and no target.
 func fig(name string, value float64, unit string) figure {
 	return figure{name: name, value: value, unit: unit, ratio: math.NaN()}
 }
@@ -103,6 +104,7 @@ func groupThousands(s string) string {
 	return b.String()
 }
 
+// formatRatio renders a ratio to the ceiling; empty when there is none.
 func formatRatio(r float64) string {
 	if math.IsNaN(r) {
 		return ""
@@ -110,6 +112,7 @@ func formatRatio(r float64) string {
 	return fmt.Sprintf("%.2f×", r)
 }
 
+// formatTarget renders a target and its verdict.
 func formatTarget(t *target) (text, met string) {
 	if t == nil {
 		return "", ""
@@ -125,6 +128,7 @@ type row [6]string
 
 var header = row{"section", "figure", "value", "vs ceiling", "target", "met"}
 
+// rows renders the sections as table rows; a failed section gets an ERROR row.
 func rows(sections []section) []row {
 	var out []row
 	for _, s := range sections {
@@ -139,6 +143,7 @@ func rows(sections []section) []row {
 	return out
 }
 
+// oneLine is the first line of s, shortened for a table cell.
 func oneLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
 	if len(s) > 160 {

@@ -31,6 +31,7 @@ type sink struct {
 	notify   chan struct{} // signalled (coalesced) on every arrival
 }
 
+// newSink starts a sink on a free loopback port.
 func newSink() (*sink, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -42,6 +43,7 @@ func newSink() (*sink, error) {
 	return s, nil
 }
 
+// serve reads the body, records the arrival and answers 204.
 func (s *sink) serve(w http.ResponseWriter, r *http.Request) {
 	_, err := io.Copy(io.Discard, r.Body)
 	if err != nil {
@@ -119,6 +121,7 @@ func (s *sink) waitFor(ctx context.Context, n int, quiet, limit time.Duration) i
 	}
 }
 
+// close stops the sink.
 func (s *sink) close() error { return s.srv.Close() }
 
 // hangingServer accepts connections and never answers: a subscriber that is up but stuck.
@@ -129,6 +132,7 @@ type hangingServer struct {
 	done  chan struct{}
 }
 
+// newHangingServer starts one on a free loopback port.
 func newHangingServer() (*hangingServer, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -150,6 +154,7 @@ func newHangingServer() (*hangingServer, error) {
 	return h, nil
 }
 
+// url is the endpoint of a subscriber on it.
 func (h *hangingServer) url(sub string) string { return "http://" + h.ln.Addr().String() + "/s/" + sub }
 
 // accepted returns how many connections it took.
@@ -159,6 +164,7 @@ func (h *hangingServer) accepted() int {
 	return len(h.conns)
 }
 
+// close stops accepting and closes every connection taken.
 func (h *hangingServer) close() error {
 	err := h.ln.Close()
 	<-h.done

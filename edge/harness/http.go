@@ -34,7 +34,11 @@ func NewHandler(r Relay, maxBody int64, log *slog.Logger) http.Handler {
 		req := &relay.Request{Method: hr.Method, Header: header, Body: body}
 		resp := r.Handle(context.WithoutCancel(hr.Context()), req)
 		if resp.Detail != "" {
-			log.Info("edge", "status", resp.Status, "outcome", resp.Header.Get(wire.HeaderOutcome), "detail", resp.Detail)
+			level, outcome := slog.LevelInfo, wire.Outcome(resp.Header.Get(wire.HeaderOutcome))
+			if _, rejected := outcome.IsRejected(); rejected || outcome == "" {
+				level = slog.LevelWarn // the edge's own refusal or failure: loud, like a misconfiguration
+			}
+			log.Log(hr.Context(), level, "edge", "status", resp.Status, "outcome", outcome, "detail", resp.Detail)
 		}
 		h := w.Header()
 		h["Content-Type"] = nil // no sniffed type: like the Worker, send only what the relay set

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Runs each native Go fuzz target for FUZZTIME and records what it did in
-# build/reliability/fuzz-<Target>.json: inputs tried (the fuzzer's exec count), new interesting
+# build/reliability/fuzz-<Target>-<FUZZTIME>.json: inputs tried (the fuzzer's exec count), new interesting
 # inputs, and whether it found a crash. Usage: reliability/fuzz.sh FUZZTIME pkg:Target...
 # Exits non-zero if any target fails; the failing input is in <pkg>/testdata/fuzz/<Target>/.
 set -u
@@ -12,7 +12,7 @@ status=0
 for spec in "$@"; do
 	pkg=${spec%%:*}
 	target=${spec##*:}
-	log=$out/fuzz-$target.log
+	log=$out/fuzz-$target-$fuzztime.log
 	echo "go test -run=^\$ -fuzz=^$target\$ -fuzztime=$fuzztime $pkg"
 	if ${GO:-go} test -run='^$' -fuzz="^$target\$" -fuzztime="$fuzztime" -timeout=0 "$pkg" >"$log" 2>&1; then
 		crashes=0
@@ -25,7 +25,7 @@ for spec in "$@"; do
 	execs=$(grep -o 'execs: [0-9]*' "$log" | tail -n 1 | grep -o '[0-9]*')
 	interesting=$(grep -o 'new interesting: [0-9]*' "$log" | tail -n 1 | grep -o '[0-9]*')
 	printf '{"target": "%s", "package": "%s", "fuzztime": "%s", "inputs": %s, "new_interesting": %s, "crashes": %s}\n' \
-		"$target" "$pkg" "$fuzztime" "${execs:-0}" "${interesting:-0}" "$crashes" >"$out/fuzz-$target.json"
-	cat "$out/fuzz-$target.json"
+		"$target" "$pkg" "$fuzztime" "${execs:-0}" "${interesting:-0}" "$crashes" >"$out/fuzz-$target-$fuzztime.json"
+	cat "$out/fuzz-$target-$fuzztime.json"
 done
 exit $status

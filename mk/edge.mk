@@ -14,7 +14,9 @@ NPX ?= npx --no-install
 # The Worker bundle: the generated assets, the Go (or TinyGo) build and our loader (index.mjs).
 # The generator wipes its output directory, so it runs first and owns only build/worker.
 ifeq ($(TINYGO),1)
+# Untested here: TinyGo cannot be installed on these machines.
 worker:
+	@command -v tinygo >/dev/null || { echo "make worker TINYGO=1: tinygo is not on PATH" >&2; exit 1; }
 	$(GO) tool workers-assets-gen -mode tinygo -o $(WORKER_DIR)
 	tinygo build -o $(WORKER_DIR)/app.wasm -target wasm -no-debug ./edge/cmd/worker
 	cp edge/cmd/worker/loader.mjs $(WORKER_DIR)/index.mjs

@@ -377,7 +377,8 @@ func coalesceValue(raw json.RawMessage) string {
 }
 
 // trimBacklogs dead-letters the oldest pending deliveries of every subscriber beyond the backlog
-// cap, and returns how many.
+// cap, and returns how many. "Oldest" is least recently changed (for first attempts, the oldest
+// emitted), which the (subscriber, status, updated_at) index yields without sorting the backlog.
 func (s *Store) trimBacklogs(ctx context.Context, tx *sql.Tx) (int64, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT subscriber_id, n FROM queue_counts WHERE status = 'pending' AND n > ?`, s.opts.BacklogCap)
 	if err != nil {

@@ -34,10 +34,12 @@ node_modules/.package-lock.json: package-lock.json
 
 npm-deps: node_modules/.package-lock.json
 
+# The conformance runners write build/conformance/{native,workerd}.json for conformance-check.
 test-edge: npm-deps
-	$(GO) test -race -count=1 ./edge/relay/... ./edge/conformance/...
+	rm -f build/conformance/native.json build/conformance/workerd.json
+	EDGEHOOK_CONFORMANCE_DIR=$(CURDIR)/build/conformance $(GO) test -race -count=1 ./edge/relay/... ./edge/conformance/...
 	$(MAKE) --no-print-directory worker
-	GO=$(GO) $(NODE) --test edge/workerd/
+	EDGEHOOK_CONFORMANCE_DIR=$(CURDIR)/build/conformance GO=$(GO) $(NODE) --test edge/workerd/
 	$(NPX) wrangler deploy --dry-run --outdir build/wrangler-dry-run
 
 # Requests/s of the Go Worker against a plain JS Worker doing the same KV and fetch work, same run

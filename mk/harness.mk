@@ -19,6 +19,7 @@ edge-wasm:
 # end-to-end test runs bin/edgehook (mk/api.mk builds it) as separate processes.
 test-harness: bin/edgehook
 	$(GO) test -race -count=1 ./edge/harness/abi/ ./edge/harness/internal/...
+	rm -f build/conformance/wasi.json
 	EDGEHOOK_CONFORMANCE_DIR=$(CURDIR)/build/conformance $(GO) test -count=1 ./edge/harness/
 	EDGEHOOK_BIN=$(CURDIR)/bin/edgehook $(GO) test -count=1 -timeout 6m ./edge/e2e/
 
@@ -32,9 +33,9 @@ bench-harness:
 run: bin/edgehook edge-wasm
 	bin/edgehook --db build/dev.db --log-level warn dev
 
-# Every runtime ran every conformance scenario and passed it: each runner writes
-# build/conformance/<runtime>.json (see edge/harness/internal/conformancecheck). Today only the WASI
-# runner writes one; add this to TEST_TARGETS after test-edge and test-harness once the native and
-# workerd runners write theirs.
+# Every runtime ran every conformance scenario and passed it: test-edge (native, workerd) and
+# test-harness (wasi) each write build/conformance/<runtime>.json and remove their stale ones first
+# (see edge/harness/internal/conformancecheck). Runs after both, since mk/edge.mk is included first.
+TEST_TARGETS += conformance-check
 conformance-check:
 	$(GO) run ./edge/harness/internal/conformancecheck build/conformance native wasi workerd

@@ -3,12 +3,10 @@ package harness_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -48,9 +46,13 @@ func TestConformanceWASI(t *testing.T) {
 	defer client.CloseIdleConnections()
 	upstream := harness.NewUpstream()
 	results := map[string]string{}
-	defer writeConformanceReport(t, results)
+	defer func() {
+		if err := conformance.WriteReport("wasi", results); err != nil {
+			t.Error(err)
+		}
+	}()
 	for _, sc := range suite.Scenarios {
-		results[sc.Name] = "fail"
+		results[sc.Name] = conformance.ResultFail
 		passed := t.Run(sc.Name, func(t *testing.T) {
 			ctx := context.Background()
 			clk := &fixedClock{now: time.Unix(1_800_000_000, 0)}
@@ -85,27 +87,8 @@ func TestConformanceWASI(t *testing.T) {
 			}
 		})
 		if passed {
-			results[sc.Name] = "pass"
+			results[sc.Name] = conformance.ResultPass
 		}
-	}
-}
-
-// writeConformanceReport writes EDGEHOOK_CONFORMANCE_DIR/wasi.json for the cross-runtime check
-// (edge/harness/internal/conformancecheck), when make sets the variable.
-func writeConformanceReport(t *testing.T, results map[string]string) {
-	dir := os.Getenv("EDGEHOOK_CONFORMANCE_DIR")
-	if dir == "" {
-		return
-	}
-	data, err := json.MarshalIndent(map[string]any{"runtime": "wasi", "results": results}, "", "  ")
-	if err == nil {
-		err = os.MkdirAll(dir, 0o755)
-	}
-	if err == nil {
-		err = os.WriteFile(filepath.Join(dir, "wasi.json"), append(data, '\n'), 0o644)
-	}
-	if err != nil {
-		t.Errorf("conformance report: %v", err)
 	}
 }
 

@@ -18,12 +18,6 @@ import (
 	"github.com/edgehook/edgehook/edge/conformance"
 )
 
-// Report is what a runner writes.
-type Report struct {
-	Runtime string            `json:"runtime"`
-	Results map[string]string `json:"results"`
-}
-
 func main() {
 	if len(os.Args) < 3 {
 		fmt.Fprintln(os.Stderr, "usage: conformancecheck DIR RUNTIME...")
@@ -56,7 +50,7 @@ func check(dir string, runtimes []string) ([]string, error) {
 			problems = append(problems, fmt.Sprintf("%s: no report: %v", rt, err))
 			continue
 		}
-		var r Report
+		var r conformance.Report
 		if err := json.Unmarshal(data, &r); err != nil {
 			problems = append(problems, fmt.Sprintf("%s: report: %v", rt, err))
 			continue
@@ -65,7 +59,7 @@ func check(dir string, runtimes []string) ([]string, error) {
 		for _, sc := range suite.Scenarios {
 			known[sc.Name] = true
 			switch r.Results[sc.Name] {
-			case "pass":
+			case conformance.ResultPass:
 			case "":
 				problems = append(problems, fmt.Sprintf("%s lacks scenario %s", rt, sc.Name))
 			default:

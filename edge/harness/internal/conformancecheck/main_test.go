@@ -27,7 +27,7 @@ func TestCheck(t *testing.T) {
 
 	dir := t.TempDir()
 	for rt, results := range map[string]map[string]string{"good": all, "lacking": lacking, "failing": failing, "stale": stale} {
-		data, _ := json.Marshal(Report{Runtime: rt, Results: results})
+		data, _ := json.Marshal(conformance.Report{Runtime: rt, Results: results})
 		if err := os.WriteFile(filepath.Join(dir, rt+".json"), data, 0o644); err != nil {
 			t.Fatal(err)
 		}

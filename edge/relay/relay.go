@@ -13,10 +13,6 @@ import (
 	"github.com/edgehook/edgehook/shared/wire"
 )
 
-// ReasonKVUnavailable is the rejection reason when a KV read fails: the edge could not decide, so
-// the origin retries later.
-const ReasonKVUnavailable = "kv_unavailable"
-
 // Relay handles requests from the origin. It keeps no per-request state, so one Relay serves
 // concurrent requests.
 type Relay struct {
@@ -88,7 +84,7 @@ func (r *Relay) Handle(ctx context.Context, req *Request) *Response {
 		return resp
 	}
 	if d := &reads[1]; d.err != nil {
-		return Reject(503, ReasonKVUnavailable, "read %s: %v", dedupKey, d.err)
+		return Reject(503, wire.ReasonKVUnavailable, "read %s: %v", dedupKey, d.err)
 	} else if d.found {
 		return answer(200, wire.OutcomeDuplicate, "delivery %s was already acknowledged by the subscriber", hop.DeliveryID)
 	}
@@ -130,7 +126,7 @@ func (r *Relay) read(ctx context.Context, reads []kvRead) {
 // subscriber decodes the subscriber's record, or returns the rejection.
 func (r *Relay) subscriber(read *kvRead) (*wire.SubscriberRecord, *Response) {
 	if read.err != nil {
-		return nil, Reject(503, ReasonKVUnavailable, "read %s: %v", read.key, read.err)
+		return nil, Reject(503, wire.ReasonKVUnavailable, "read %s: %v", read.key, read.err)
 	}
 	if !read.found {
 		return nil, Reject(404, wire.ReasonUnknownSubscriber, "no KV record %s", read.key)
@@ -149,7 +145,7 @@ func (r *Relay) subscriber(read *kvRead) (*wire.SubscriberRecord, *Response) {
 // coalesced answers 429 coalesced when the mark says the key was forwarded less than window ago.
 func (r *Relay) coalesced(mark *kvRead, window time.Duration) *Response {
 	if mark.err != nil {
-		return Reject(503, ReasonKVUnavailable, "read %s: %v", mark.key, mark.err)
+		return Reject(503, wire.ReasonKVUnavailable, "read %s: %v", mark.key, mark.err)
 	}
 	if !mark.found {
 		return nil

@@ -123,8 +123,8 @@ func TestKVReadFailureIsRetryable(t *testing.T) {
 				called = true
 				return ok200(r)
 			})).Handle(context.Background(), f.request(tc.coalesceKey, nil))
-			if resp.Status != 503 || resp.Header.Get(wire.HeaderOutcome) != "rejected:"+relay.ReasonKVUnavailable || called {
-				t.Fatalf("got %d %q (forwarded %v), want 503 rejected:%s without forwarding", resp.Status, resp.Header.Get(wire.HeaderOutcome), called, relay.ReasonKVUnavailable)
+			if resp.Status != 503 || resp.Header.Get(wire.HeaderOutcome) != "rejected:"+wire.ReasonKVUnavailable || called {
+				t.Fatalf("got %d %q (forwarded %v), want 503 rejected:%s without forwarding", resp.Status, resp.Header.Get(wire.HeaderOutcome), called, wire.ReasonKVUnavailable)
 			}
 			if !strings.Contains(resp.Detail, "kv down") {
 				t.Errorf("detail %q does not carry the KV error", resp.Detail)

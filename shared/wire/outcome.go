@@ -29,6 +29,12 @@ const (
 	ReasonUnknownSubscriber = "unknown_subscriber"
 	ReasonBadRecord         = "bad_record"
 	ReasonMisconfigured     = "misconfigured"
+	// ReasonKVUnavailable: a KV read failed, so the edge could not decide; the origin retries later.
+	ReasonKVUnavailable = "kv_unavailable"
+	// ReasonEdgePanic: handling the request panicked inside the Worker.
+	ReasonEdgePanic = "edge_panic"
+	// ReasonEdgeCrashed: the Worker's Go instance died; the next request starts a new one.
+	ReasonEdgeCrashed = "edge_crashed"
 )
 
 // Rejected returns the outcome for an edge-side rejection with the given reason.

@@ -10,8 +10,6 @@ import (
 	"github.com/edgehook/edgehook/shared/wire"
 )
 
-// reasonPanic is the rejection reason of a request whose handling panicked.
-const reasonPanic = "edge_panic"
 
 // serveJS is binding.serve(method, headerText, body, done): it handles the request on its own
 // goroutine, started inside this request's JS turn, and calls done([status, headerText, body]).
@@ -29,7 +27,7 @@ func (h *handler) serveJS(_ js.Value, args []js.Value) any {
 func (h *handler) serve(method, headers string, body js.Value) (resp *relay.Response) {
 	defer func() {
 		if p := recover(); p != nil {
-			resp = relay.Reject(500, reasonPanic, "edge panic: %v", p)
+			resp = relay.Reject(500, wire.ReasonEdgePanic, "edge panic: %v", p)
 		}
 	}()
 	if h.err != nil {

@@ -154,7 +154,14 @@ func (e *Engine) deliver(ctx context.Context, c store.Claimed) store.Settlement 
 		return store.Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: sub.ID, Result: store.ResultRelease}
 	}
 	e.m.latency.WithLabelValues(string(sub.Mode)).Observe(resp.latency.Seconds())
-	return e.decide(c, resp, now)
+	// Retry-After and backoff count from the answer, not from the send: a subscriber that takes
+	// 5 s to answer "503, Retry-After: 2" must not be retried at once. The attempt keeps its send
+	// time.
+	set := e.decide(c, resp, e.cfg.Now())
+	if set.Attempt != nil {
+		set.Attempt.At = now
+	}
+	return set
 }
 
 // request builds the signed request for a delivery.

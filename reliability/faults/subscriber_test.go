@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -191,5 +192,36 @@ func TestSubscriberGarbage(t *testing.T) {
 	st := e.settled(t, "evt_garbage", "garbage", "dead")
 	if atts := e.inspect.Attempts(t, "evt_garbage", "garbage"); st.Attempts != 3 || len(atts) != 3 || atts[0].Outcome != "connection" {
 		t.Errorf("%+v %+v: want dead after three connection failures", st, atts)
+	}
+}
+
+// TestRetryAfterCountsFromTheAnswer has a subscriber take 1.5 s to answer "503, Retry-After: 2":
+// the retry must come at least 2 s after that answer, not 2 s after the request was sent (which
+// would be 0.5 s after the answer).
+func TestRetryAfterCountsFromTheAnswer(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var answered, retried time.Time
+	sink := rig.NewSink(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !answered.IsZero() {
+			retried = time.Now()
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		time.Sleep(1500 * time.Millisecond)
+		w.Header().Set("Retry-After", "2")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		answered = time.Now()
+	})
+	e := newEnv(t)
+	e.subscribe(t, "slow503", sink.URL()+"/", map[string]any{"timeout_ms": 5000})
+	e.emit(t, "evt_slow503")
+	e.settled(t, "evt_slow503", "slow503", "delivered")
+	mu.Lock()
+	defer mu.Unlock()
+	if gap := retried.Sub(answered); gap < 2*time.Second {
+		t.Errorf("retried %s after the answer \"503, Retry-After: 2\"; want at least 2s", gap.Round(time.Millisecond))
 	}
 }

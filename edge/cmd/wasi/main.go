@@ -145,9 +145,12 @@ func (ns kv) Put(_ context.Context, key, value string, ttl time.Duration) error 
 // upstream sends the request through the host, which enforces the timeout.
 type upstream struct{}
 
+// upstreamBuf is reused for every upstream request: the host copies the bytes before it returns.
+var upstreamBuf []byte
+
 func (upstream) Do(_ context.Context, req *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
-	enc := abi.EncodeUpstreamRequest(nil, req)
-	code, n := abi.SplitResult(hostUpstream(addr(enc), uint32(len(enc))))
+	upstreamBuf = abi.EncodeUpstreamRequest(upstreamBuf[:0], req)
+	code, n := abi.SplitResult(hostUpstream(addr(upstreamBuf), uint32(len(upstreamBuf))))
 	b := take(n)
 	switch code {
 	case abi.CodeOK:

@@ -11,7 +11,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -267,6 +266,3 @@ func (p *Proc) Listening(t testing.TB, msg string) string {
 	}
 	return "http://" + addr
 }
-
-// String names the process for messages.
-func (p *Proc) String() string { return fmt.Sprintf("%s[%d]", p.Name, p.Pid()) }

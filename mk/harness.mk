@@ -24,10 +24,12 @@ test-harness: bin/edgehook
 	EDGEHOOK_BIN=$(CURDIR)/bin/edgehook $(GO) test -count=1 -timeout 6m ./edge/e2e/
 
 # Per-request cost of the relay for a 1 KB body: native core vs the WASI module in the harness,
-# same run. Writes build/bench-harness.json and prints a table.
+# same run, and the guest's calls and allocations per request. Writes build/bench-harness.json and
+# prints a table; BENCH_HARNESS_BASELINE=<an earlier bench-harness.json> adds its figures beside.
 bench-harness:
 	@mkdir -p build
-	EDGEHOOK_BENCH_OUT=$(CURDIR)/build/bench-harness.json $(GO) test -run '^$$' -bench . -benchtime 5000x -count 1 ./edge/harness/
+	EDGEHOOK_BENCH_OUT=$(CURDIR)/build/bench-harness.json EDGEHOOK_BENCH_BASELINE=$(BENCH_HARNESS_BASELINE) \
+		$(GO) test -run '^$$' -bench . -benchtime 5000x -count 1 ./edge/harness/
 
 # The whole local stack in one process: API, engine, local edge, sample receivers (edgehook dev).
 run: bin/edgehook edge-wasm

@@ -17,6 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
+
 	"github.com/edgehook/edgehook/edge/harness"
 	"github.com/edgehook/edgehook/edge/harness/harnesstest"
 	"github.com/edgehook/edgehook/edge/relay"
@@ -30,6 +33,9 @@ var benchBody = bytes.Repeat([]byte("x"), 1024)
 // benchResults holds the median ns per request of each upstream/runtime pair in the last (largest)
 // run, for writeBenchReport.
 var benchResults sync.Map
+
+// guestCounts holds BenchmarkGuestCalls' counts per request, for writeBenchReport.
+var guestCounts sync.Map
 
 // stubUpstream answers 200 at once: with it, a benchmark measures the relay alone.
 type stubUpstream struct{}
@@ -121,6 +127,76 @@ func BenchmarkRelay1KB(b *testing.B) {
 	}
 }
 
+// callCounter counts entries into one function; the benchmark calls the guest from one goroutine.
+type callCounter struct{ n *int }
+
+func (c callCounter) Before(context.Context, api.Module, api.FunctionDefinition, []uint64, experimental.StackIterator) {
+	*c.n++
+}
+func (callCounter) After(context.Context, api.Module, api.FunctionDefinition, []uint64) {}
+func (callCounter) Abort(context.Context, api.Module, api.FunctionDefinition, error)    {}
+
+// BenchmarkGuestCalls counts, per 1 KB request with the stub upstream, the guest's function calls,
+// its allocations (calls of runtime.mallocgc) and its calls of host functions. Unlike times these
+// counts do not depend on the machine's load, and they explain the default (interruptible) mode's
+// cost: with wazero's termination checks each guest function entry and loop iteration leaves the
+// compiled code for Go (~0.2 µs here). The listener slows the calls; its times mean nothing.
+func BenchmarkGuestCalls(b *testing.B) {
+	var guest, host, mallocs int
+	factory := experimental.FunctionListenerFactoryFunc(func(def api.FunctionDefinition) experimental.FunctionListener {
+		switch {
+		case def.GoFunction() != nil:
+			return callCounter{&host}
+		case def.Name() == "runtime.mallocgc":
+			return callCounter{&mallocs} // guest too: counted again below
+		}
+		return callCounter{&guest}
+	})
+	wasm, err := os.ReadFile(wasmPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	clk := relay.SystemClock{}
+	subs, dedup := memkv.New(clk), memkv.New(clk)
+	entry, err := wire.SubscriberEntry("sub_b", &wire.SubscriberRecord{URL: "http://127.0.0.1:9", TimeoutMS: 5000, Active: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	_ = subs.Put(context.Background(), entry.Key, entry.Value, 0)
+	// Code compiled with listeners is not the bench's: its own cache directory.
+	ctx := experimental.WithFunctionListenerFactory(context.Background(), factory)
+	h, err := harness.NewHost(ctx, harness.HostConfig{
+		WASM: wasm, CacheDir: tmpDir + "/listener-cache", Pool: 1, CallTimeout: 10 * time.Second, Relay: relayConfig(),
+		Deps: relay.Deps{Subscribers: subs, Dedup: dedup, Upstream: stubUpstream{}, Clock: clk}, Logger: quiet,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h.Close(context.Background())
+	now := time.Now()
+	run := func(prefix string, n int) {
+		for i := range n {
+			if resp := h.Handle(context.Background(), signedRequest(fmt.Sprintf("%s_%d", prefix, i), "sub_b", benchBody, now)); resp.Status != 200 {
+				b.Fatalf("status %d: %s", resp.Status, resp.Detail)
+			}
+		}
+	}
+	run("warm", 10) // the first requests fill the relay's caches
+	guest, host, mallocs = 0, 0, 0
+	b.ResetTimer()
+	run("del", b.N)
+	b.StopTimer()
+	counts := map[string]float64{
+		"guest_calls": float64(guest+mallocs) / float64(b.N),
+		"allocations": float64(mallocs) / float64(b.N),
+		"host_calls":  float64(host) / float64(b.N),
+	}
+	for k, v := range counts {
+		b.ReportMetric(v, k+"/req")
+		guestCounts.Store(k, v)
+	}
+}
+
 func median(d []time.Duration) time.Duration {
 	s := slices.Clone(d)
 	slices.Sort(s)
@@ -155,16 +231,44 @@ func benchRelay(b *testing.B, rt string, deps relay.Deps) harness.Relay {
 	return h
 }
 
+// benchReport is the JSON of make bench-harness (read by bench/edge.go).
+type benchReport struct {
+	Benchmark   string             `json:"benchmark"`
+	BodyBytes   int                `json:"body_bytes"`
+	NsPerReq    map[string]float64 `json:"median_ns_per_request"`
+	OverheadNs  map[string]float64 `json:"overhead_ns_vs_native"`
+	TargetNs    float64            `json:"target_overhead_ns"`
+	Guest       map[string]float64 `json:"guest_per_request,omitempty"`
+	GoVersion   string             `json:"go"`
+	CPUs        int                `json:"cpus"`
+	GeneratedAt string             `json:"generated_at"`
+}
+
 // writeBenchReport writes the results as JSON to path and prints a table, when benchmarks ran and
-// path is set (make bench-harness sets EDGEHOOK_BENCH_OUT).
-func writeBenchReport(path string) error {
-	results := map[string]float64{}
+// path is set (make bench-harness sets EDGEHOOK_BENCH_OUT). With baseline, an earlier report, the
+// table shows its figures beside the new ones.
+func writeBenchReport(path, baseline string) error {
+	results, guest := map[string]float64{}, map[string]float64{}
 	benchResults.Range(func(k, v any) bool {
 		results[k.(string)] = v.(float64)
 		return true
 	})
-	if path == "" || len(results) == 0 {
+	guestCounts.Range(func(k, v any) bool {
+		guest[k.(string)] = v.(float64)
+		return true
+	})
+	if path == "" || len(results)+len(guest) == 0 {
 		return nil
+	}
+	var before benchReport
+	if baseline != "" {
+		data, err := os.ReadFile(baseline)
+		if err != nil {
+			return fmt.Errorf("EDGEHOOK_BENCH_BASELINE: %w", err)
+		}
+		if err := json.Unmarshal(data, &before); err != nil {
+			return fmt.Errorf("EDGEHOOK_BENCH_BASELINE %s: %w", baseline, err)
+		}
 	}
 	overhead := map[string]float64{}
 	for _, up := range []string{"stub", "http"} {
@@ -176,16 +280,8 @@ func writeBenchReport(path string) error {
 			}
 		}
 	}
-	report := struct {
-		Benchmark   string             `json:"benchmark"`
-		BodyBytes   int                `json:"body_bytes"`
-		NsPerReq    map[string]float64 `json:"median_ns_per_request"`
-		OverheadNs  map[string]float64 `json:"overhead_ns_vs_native"`
-		TargetNs    float64            `json:"target_overhead_ns"`
-		GoVersion   string             `json:"go"`
-		CPUs        int                `json:"cpus"`
-		GeneratedAt string             `json:"generated_at"`
-	}{"BenchmarkRelay1KB (edge/harness)", len(benchBody), results, overhead, 20000, runtime.Version(), runtime.NumCPU(), time.Now().UTC().Format(time.RFC3339)}
+	report := benchReport{"BenchmarkRelay1KB (edge/harness)", len(benchBody), results, overhead, 20000, guest,
+		runtime.Version(), runtime.NumCPU(), time.Now().UTC().Format(time.RFC3339)}
 	data, err := json.MarshalIndent(report, "", "  ")
 	if err != nil {
 		return err
@@ -193,18 +289,31 @@ func writeBenchReport(path string) error {
 	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
 		return err
 	}
-	keys := make([]string, 0, len(results))
-	for k := range results {
+	fmt.Printf("\nrelay, 1 KB body, one request at a time, median (%s)\n", path)
+	printTable("upstream/runtime", "µs/request", results, before.NsPerReq, 1e3)
+	printTable("harness cost over native", "µs/request", overhead, before.OverheadNs, 1e3)
+	printTable("guest, per request", "count", guest, before.Guest, 1)
+	return nil
+}
+
+// printTable prints the rows of now sorted by key, each divided by unit, with the baseline's figure
+// and the change when there is one.
+func printTable(title, what string, now, before map[string]float64, unit float64) {
+	if len(now) == 0 {
+		return
+	}
+	fmt.Printf("%-32s %12s %12s %8s\n", title, what, "before", "change")
+	keys := make([]string, 0, len(now))
+	for k := range now {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	fmt.Printf("\nrelay, 1 KB body, one request at a time, median (%s)\n%-26s %12s %16s\n", path, "upstream/runtime", "µs/request", "over native µs")
 	for _, k := range keys {
-		over := ""
-		if o, ok := overhead[k]; ok {
-			over = strconv.FormatFloat(o/1e3, 'f', 1, 64)
+		was, change := "", ""
+		if b, ok := before[k]; ok && b != 0 {
+			was = strconv.FormatFloat(b/unit, 'f', 1, 64)
+			change = strconv.FormatFloat((now[k]-b)/b*100, 'f', 0, 64) + "%"
 		}
-		fmt.Printf("%-26s %12.1f %16s\n", k, results[k]/1e3, over)
+		fmt.Printf("%-32s %12.1f %12s %8s\n", k, now[k]/unit, was, change)
 	}
-	return nil
 }

@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 	} else {
 		code = runVerified(m)
 	}
-	if err := writeBenchReport(os.Getenv("EDGEHOOK_BENCH_OUT")); err != nil {
+	if err := writeBenchReport(os.Getenv("EDGEHOOK_BENCH_OUT"), os.Getenv("EDGEHOOK_BENCH_BASELINE")); err != nil {
 		fmt.Fprintln(os.Stderr, "bench report:", err)
 		code = 1
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/edgehook/edgehook/shared/wire"
 )
 
-
 // serveJS is binding.serve(method, headerText, body, done): it handles the request on its own
 // goroutine, started inside this request's JS turn, and calls done([status, headerText, body]).
 func (h *handler) serveJS(_ js.Value, args []js.Value) any {

@@ -39,10 +39,13 @@ type HostConfig struct {
 	// Deps are what the module's host functions reach: the KV namespaces, the upstream, the clock.
 	Deps   relay.Deps
 	Logger *slog.Logger
-	// Uninterruptible compiles the module without wazero's termination checks, which run at
-	// every function entry of Go-compiled WASM: guest code runs about 2.7 times faster, but a call
-	// past its deadline then ends only when the guest next calls the host (every host function
-	// traps once the deadline has passed), never inside a loop of the guest's own.
+	// Uninterruptible compiles the module without wazero's termination checks. Each check is a
+	// call from the compiled code out to Go (~0.2 µs here) at every loop header, and Go-compiled
+	// WASM has one at every function entry (BenchmarkGuestCalls counts them): without them a 1 KB
+	// request costs about half as much, but a call past its deadline then ends only when the guest
+	// next calls the host (every host function traps once the deadline has passed), never inside a
+	// loop of the guest's own, and compiled code cannot be preempted, so such a loop would also
+	// stall the host's garbage collector. Hence off by default.
 	Uninterruptible bool
 }
 

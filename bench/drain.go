@@ -56,7 +56,7 @@ func (b *bench) runDrain(ctx context.Context, name string, mode store.Mode, deli
 		return drainResult{}, err
 	}
 	want := events * n
-	args := append(append([]string{"drain", "--until-idle", "--for", b.cfg.drainFor.String()}, originArgs(db, "info")...), engineArgs...)
+	args := append(append([]string{"drain", "--until-idle", "--for", b.cfg.drainFor.String()}, originArgs(db, "info")...), b.engineArgs()...)
 	procs := []*proc{}
 	if mode == store.ModeEdge {
 		edge, edgeURL, secret, err := b.startEdge(ctx, name, db)

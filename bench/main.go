@@ -32,7 +32,7 @@ import (
 // config holds the sizes of a run; the defaults are the full run of issue 7.
 type config struct {
 	out, notes, edgehook, wasm, edgeJSON, harnessJSON, workDir string
-	only                                                       string
+	only, engineFlags                                          string
 
 	bodyBytes, subscribers int
 
@@ -81,6 +81,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.harnessJSON, "harness-json", "build/bench-harness.json", "figures of make bench-harness, merged if present")
 	fs.StringVar(&c.workDir, "workdir", "", "where databases and logs go (empty: a temporary directory, removed at the end)")
 	fs.StringVar(&c.only, "only", "", "comma-separated sections to run (ceiling,emit,drain,latency,ratelimit,isolation,backlog,edge); empty: all")
+	fs.StringVar(&c.engineFlags, "engine-flags", "", `extra flags for the origin's serve and drain, e.g. "--workers 64" (the report names them)`)
 	fs.IntVar(&c.bodyBytes, "body-bytes", 1024, "event body size")
 	fs.IntVar(&c.subscribers, "subscribers", 12, "subscribers each event matches")
 	fs.IntVar(&c.ceilingN, "ceiling-n", 200_000, "ceiling: requests at most, per connection count")

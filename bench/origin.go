@@ -24,8 +24,11 @@ func originArgs(db, level string) []string {
 	return []string{"--db", db, "--log-level", level, "--log-format", "json", "--backlog-cap", caps, "--queue-cap", caps}
 }
 
-// engineArgs are the engine settings of serve and drain.
-var engineArgs = []string{"--allow-network", "127.0.0.0/8", "--shutdown-grace", "2s"}
+// engineArgs are the engine settings of serve and drain: the sink's loopback allowed, a short
+// shutdown grace, and then -engine-flags (to try other engine settings; empty in the report's run).
+func (b *bench) engineArgs() []string {
+	return append([]string{"--allow-network", "127.0.0.0/8", "--shutdown-grace", "2s"}, strings.Fields(b.cfg.engineFlags)...)
+}
 
 // serve starts `edgehook serve` on db and waits until it listens; it returns the API's base URL.
 func (b *bench) serve(ctx context.Context, name, db string, extra ...string) (*proc, string, error) {
@@ -33,7 +36,7 @@ func (b *bench) serve(ctx context.Context, name, db string, extra ...string) (*p
 	if err != nil {
 		return nil, "", err
 	}
-	args := append(append(append([]string{"serve", "--listen", addr}, originArgs(db, "warn")...), engineArgs...), extra...)
+	args := append(append(append([]string{"serve", "--listen", addr}, originArgs(db, "warn")...), b.engineArgs()...), extra...)
 	p, err := startProc(b.dir, name, b.cfg.edgehook, nil, args...)
 	if err != nil {
 		return nil, "", err

@@ -310,7 +310,7 @@ func TestDueQueriesUseIndexes(t *testing.T) {
 	}{
 		{claimSQL("attempts = 0", 2), []any{"t", 1, 1, "a", 1, 10, "b", 1, 10}, "deliveries_due_first"},
 		{claimSQL("attempts > 0", 2), []any{"t", 1, 1, "a", 1, 10, "b", 1, 10}, "deliveries_due_retry"},
-		{supersedeSQL, []any{1, "a", "k"}, "deliveries_coalesce"},
+		{supersedeSQL, []any{1, `[["a","k"]]`}, "deliveries_coalesce"},
 	} {
 		rows, err := s.r.Query(`EXPLAIN QUERY PLAN `+tc.query, tc.args...)
 		if err != nil {

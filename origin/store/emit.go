@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -142,65 +143,43 @@ func (s *Store) gather(first *emitReq) []*emitReq {
 	return group
 }
 
-// errRequestOnly rolls back a group of one request that failed on its own (conflict, queue full):
-// the request keeps its own error.
-var errRequestOnly = errors.New("the only request failed")
-
-// commitGroup writes a group in one transaction and answers every request. Each request of a
-// larger group runs under a savepoint, so one caller's conflict does not fail the others.
+// commitGroup writes a group in one transaction and answers every request. A request that fails
+// on its own (conflict, queue full) is left out of the write, so it does not fail the others.
+//
+// The driver parses and compiles SQL text (and the triggers a statement fires) on every Exec or
+// Query, and that cost more than writing the rows, so the whole group is written with a fixed
+// handful of statements whatever its size: the group is planned in Go first (idempotency,
+// conflicts, the global cap, coalescing), then its events, supersedes and deliveries are each
+// written by one statement over a JSON array. No savepoint either: a savepoint makes SQLite copy
+// every page it changes to the statement journal, once per savepoint.
 func (s *Store) commitGroup(group []*emitReq) {
 	// Not the callers' contexts: one caller giving up must not abort the others' transaction.
 	ctx := context.Background()
 	var superseded, overflow int64
 	created := 0
-	savepoints := len(group) > 1
-	exec := func(tx *sql.Tx, q string) error {
-		if !savepoints {
-			return nil
-		}
-		_, err := tx.ExecContext(ctx, q)
-		return err
-	}
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		superseded, overflow, created = 0, 0, 0
 		subs, err := s.matchingSubscribers(ctx, tx)
 		if err != nil {
 			return err
 		}
-		var depth int64
-		if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(n), 0) FROM queue_counts WHERE status IN ('pending', 'leased')`).Scan(&depth); err != nil {
+		p, err := s.newGroupPlan(ctx, tx, group, subs)
+		if err != nil {
 			return err
 		}
 		for _, r := range group {
-			r.results, r.err = nil, nil
-			if err := exec(tx, `SAVEPOINT emit`); err != nil {
-				return err
-			}
-			results, d, sup, err := s.emitTx(ctx, tx, r.events, subs, depth)
-			switch {
-			case err != nil && !isRequestError(err):
-				return err
-			case err != nil && !savepoints:
-				r.err = err
-				return errRequestOnly
-			case err != nil:
-				if err := exec(tx, `ROLLBACK TO emit`); err != nil {
-					return err
-				}
-				r.err = err
-			default:
-				r.results, depth, superseded = results, depth+d, superseded+sup
-				created += int(d)
-			}
-			if err := exec(tx, `RELEASE emit`); err != nil {
-				return err
+			if r.err = p.check(r.events); r.err == nil {
+				p.add(r)
 			}
 		}
+		if err := p.write(ctx, tx, ms(s.Now())); err != nil {
+			return err
+		}
+		superseded, created = p.superseded, p.created
 		overflow, err = s.trimBacklogs(ctx, tx)
 		return err
 	})
 	for _, r := range group {
-		if err != nil && err != errRequestOnly {
+		if err != nil {
 			r.results, r.err = nil, fmt.Errorf("emit: %w", err)
 		}
 		close(r.done)
@@ -217,50 +196,138 @@ func (s *Store) commitGroup(group []*emitReq) {
 	}
 }
 
-// isRequestError tells errors that fail one request from those that fail the whole transaction.
-func isRequestError(err error) bool {
-	var fe *FieldError
-	return errors.Is(err, ErrConflict) || errors.Is(err, ErrQueueFull) || errors.As(err, &fe)
+// storedEvent is an event id already in the database, or planned in the group being written.
+type storedEvent struct {
+	seq        int64 // 0 for a planned one
+	hash       []byte
+	deliveries int // for a stored one, known after loadDuplicateCounts
 }
 
-// emitTx writes one request's events; it returns the results, the deliveries created and how many
-// older deliveries were superseded. The driver compiles each statement every time it runs, so the
-// deliveries of the whole request are inserted by one statement (rows in a JSON array).
-func (s *Store) emitTx(ctx context.Context, tx *sql.Tx, events []EmitInput, subs []*Subscriber, depth int64) ([]EmitResult, int64, int64, error) {
-	now := ms(s.Now())
-	results := make([]EmitResult, len(events))
-	sums := make([][]byte, len(events))
-	var created, superseded int64
-	type newDelivery struct {
-		Event  int64  `json:"e"`
-		Sub    string `json:"s"`
-		Key    string `json:"k"`
-		Status Status `json:"st"`
+// newDelivery is a delivery row to insert; Event indexes groupPlan.events until the events are
+// written, then holds the event's seq.
+type newDelivery struct {
+	Event  int64  `json:"e"`
+	Sub    string `json:"s"`
+	Key    string `json:"k"`
+	Status Status `json:"st"`
+}
+
+// newEvent is an event row to insert.
+type newEvent struct {
+	ID   string `json:"id"`
+	Type string `json:"t"`
+	Body string `json:"b"` // the exact bytes: valid UTF-8 (checked), so a JSON string keeps them
+	Hash string `json:"h"` // hex
+	Key  string `json:"k"`
+}
+
+// resultRef points at one event's EmitResult inside a request.
+type resultRef struct {
+	r *emitReq
+	i int
+}
+
+// groupPlan is what a group will write, decided in Go before any write.
+type groupPlan struct {
+	subs       []*Subscriber
+	cap        int64
+	depth      int64                   // deliveries pending or in flight, with those planned
+	known      map[string]*storedEvent // event ids stored or planned
+	events     []newEvent
+	rows       []newDelivery
+	latest     map[[2]string]int       // (subscriber, coalesce key) → index in rows of the newest
+	firstKey   map[[2]string]resultRef // (subscriber, coalesce key) → the first event that supersedes stored rows
+	dups       map[int64][]resultRef   // stored event seq → re-emits of it
+	rowEvents  []resultRef             // per planned event: its result, to count supersedes
+	created    int
+	superseded int64
+}
+
+// newGroupPlan reads what planning needs: the queue depth and which of the group's ids exist.
+func (s *Store) newGroupPlan(ctx context.Context, tx *sql.Tx, group []*emitReq, subs []*Subscriber) (*groupPlan, error) {
+	p := &groupPlan{subs: subs, cap: s.opts.GlobalCap, known: map[string]*storedEvent{}, latest: map[[2]string]int{},
+		firstKey: map[[2]string]resultRef{}, dups: map[int64][]resultRef{}}
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(n), 0) FROM queue_counts WHERE status IN ('pending', 'leased')`).Scan(&p.depth); err != nil {
+		return nil, err
 	}
-	var rows []newDelivery
-	latest := map[[2]string]int{} // (subscriber, coalesce key) → index in rows of the newest
-	seen := map[string]int{}      // event id → index in events, for an id repeated in one request
-	for i, in := range events {
-		sums[i] = bodyHash(in.Type, in.Body)
-		if j, ok := seen[in.ID]; ok {
-			if !bytes.Equal(sums[i], sums[j]) {
-				return nil, 0, 0, fmt.Errorf("event %q appears twice with a different type or body: %w", in.ID, ErrConflict)
+	var ids []string
+	for _, r := range group {
+		for _, in := range r.events {
+			ids = append(ids, in.ID)
+		}
+	}
+	list, err := json.Marshal(ids)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT id, seq, body_hash FROM events WHERE id IN (SELECT value FROM json_each(?))`, string(list))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		e := &storedEvent{}
+		if err := rows.Scan(&id, &e.seq, &e.hash); err != nil {
+			return nil, err
+		}
+		p.known[id] = e
+	}
+	return p, rows.Err()
+}
+
+// check tells whether a request can be written as a whole: no id conflicts with a stored, planned
+// or earlier event of the request, and every new event fits under the global cap. It changes
+// nothing.
+func (p *groupPlan) check(events []EmitInput) error {
+	seen := map[string][]byte{}
+	depth := p.depth
+	for _, in := range events {
+		sum := bodyHash(in.Type, in.Body)
+		if prev, ok := seen[in.ID]; ok {
+			if !bytes.Equal(prev, sum) {
+				return fmt.Errorf("event %q appears twice with a different type or body: %w", in.ID, ErrConflict)
 			}
-			results[i] = EmitResult{EventID: in.ID, Deliveries: results[j].Deliveries, Duplicate: true}
 			continue
 		}
-		seen[in.ID] = i
-		seq, dup, err := s.insertEvent(ctx, tx, in, sums[i], depth+created, now)
-		if err != nil {
-			return nil, 0, 0, err
-		}
-		if dup != nil {
-			results[i] = *dup
+		seen[in.ID] = sum
+		if e, ok := p.known[in.ID]; ok {
+			if !bytes.Equal(e.hash, sum) {
+				return fmt.Errorf("event %q was already emitted with a different type or body: %w", in.ID, ErrConflict)
+			}
 			continue
 		}
-		res := EmitResult{EventID: in.ID}
+		if depth >= p.cap {
+			return &QueueFullError{Depth: depth, Cap: p.cap, RetryAfter: DefaultQueueFullRetry}
+		}
+		for _, sub := range p.subs {
+			if sub.Events.Match(in.Type) {
+				depth++
+			}
+		}
+	}
+	return nil
+}
+
+// add plans a request that check accepted: its new events, one delivery per matching subscriber,
+// and the supersedes of coalescing.
+func (p *groupPlan) add(r *emitReq) {
+	r.results = make([]EmitResult, len(r.events))
+	for i, in := range r.events {
+		if e, ok := p.known[in.ID]; ok {
+			r.results[i] = EmitResult{EventID: in.ID, Deliveries: e.deliveries, Duplicate: true}
+			if e.seq != 0 {
+				p.dups[e.seq] = append(p.dups[e.seq], resultRef{r, i}) // the count is read later
+			}
+			continue
+		}
+		sum := bodyHash(in.Type, in.Body)
+		p.events = append(p.events, newEvent{ID: in.ID, Type: in.Type, Body: string(in.Body), Hash: hex.EncodeToString(sum), Key: in.CoalesceKey})
+		ev := int64(len(p.events) - 1)
+		res := &r.results[i]
+		res.EventID = in.ID
 		var payload map[string]json.RawMessage // parsed at most once, for coalesce keys
-		for _, sub := range subs {
+		for _, sub := range p.subs {
 			if !sub.Events.Match(in.Type) {
 				continue
 			}
@@ -276,72 +343,142 @@ func (s *Store) emitTx(ctx context.Context, tx *sql.Tx, events []EmitInput, subs
 				}
 			}
 			if key != "" {
-				r, err := tx.ExecContext(ctx, supersedeSQL, now, sub.ID, key)
-				if err != nil {
-					return nil, 0, 0, err
+				k := [2]string{sub.ID, key}
+				if j, ok := p.latest[k]; ok {
+					if p.rows[j].Status == StatusPending {
+						p.rows[j].Status = StatusSuperseded // an older event of this group
+						res.Superseded++
+					}
+				} else {
+					p.firstKey[k] = resultRef{r, i} // stored pending rows are superseded on its behalf
 				}
-				n, _ := r.RowsAffected()
-				if j, ok := latest[[2]string{sub.ID, key}]; ok && rows[j].Status == StatusPending {
-					rows[j].Status = StatusSuperseded // an older event of this same request
-					n++
-				}
-				res.Superseded += int(n)
-				latest[[2]string{sub.ID, key}] = len(rows)
+				p.latest[k] = len(p.rows)
 			}
-			rows = append(rows, newDelivery{Event: seq, Sub: sub.ID, Key: key, Status: StatusPending})
+			p.rows = append(p.rows, newDelivery{Event: ev, Sub: sub.ID, Key: key, Status: StatusPending})
 			res.Deliveries++
 		}
-		created += int64(res.Deliveries)
-		superseded += int64(res.Superseded)
-		results[i] = res
+		p.known[in.ID] = &storedEvent{hash: sum, deliveries: res.Deliveries}
+		p.depth += int64(res.Deliveries)
+		p.created += res.Deliveries
+		p.superseded += int64(res.Superseded)
 	}
-	if len(rows) > 0 {
-		data, err := json.Marshal(rows)
-		if err != nil {
-			return nil, 0, 0, err
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO deliveries(event_seq, subscriber_id, status, coalesce_key, next_attempt_at, age_from, created_at, updated_at)
-			SELECT value->>'e', value->>'s', value->>'st', value->>'k', ?1, ?1, ?1, ?1 FROM json_each(?2)`, now, string(data)); err != nil {
-			return nil, 0, 0, err
-		}
-	}
-	return results, created, superseded, nil
 }
 
-// insertEvent stores a new event and returns its seq, or the result of the original emit when the
-// id is already stored with the same content (dup), or ErrConflict, or a *QueueFullError.
-func (s *Store) insertEvent(ctx context.Context, tx *sql.Tx, in EmitInput, sum []byte, depth, now int64) (seq int64, dup *EmitResult, err error) {
-	full := depth >= s.opts.GlobalCap
-	if !full {
-		err = tx.QueryRowContext(ctx, `INSERT INTO events(id, type, body, body_hash, coalesce_key, created_at) VALUES (?, ?, ?, ?, ?, ?)
-			ON CONFLICT(id) DO NOTHING RETURNING seq`, in.ID, in.Type, in.Body, sum, in.CoalesceKey, now).Scan(&seq)
-		if !errors.Is(err, sql.ErrNoRows) {
-			return seq, nil, err
+// write stores the plan: the events, the supersedes of stored pending deliveries, the new
+// deliveries, and the delivery counts that re-emits of stored events report.
+func (p *groupPlan) write(ctx context.Context, tx *sql.Tx, now int64) error {
+	if err := p.countDuplicates(ctx, tx); err != nil {
+		return err
+	}
+	if len(p.events) == 0 {
+		return nil
+	}
+	data, err := json.Marshal(p.events)
+	if err != nil {
+		return err
+	}
+	// The ids were checked absent inside this write transaction: a conflict here is a bug, and
+	// fails the group.
+	rows, err := tx.QueryContext(ctx, `INSERT INTO events(id, type, body, body_hash, coalesce_key, created_at)
+		SELECT value->>'id', value->>'t', CAST(value->>'b' AS BLOB), unhex(value->>'h'), value->>'k', ?1 FROM json_each(?2)
+		RETURNING id, seq`, now, string(data))
+	if err != nil {
+		return err
+	}
+	seqs := make(map[string]int64, len(p.events))
+	for rows.Next() {
+		var id string
+		var seq int64
+		if err := rows.Scan(&id, &seq); err != nil {
+			rows.Close()
+			return err
 		}
+		seqs[id] = seq
 	}
-	// The id exists (or the queue is full and it may exist): answer a re-emit from what is stored.
-	var stored []byte
-	err = tx.QueryRowContext(ctx, `SELECT seq, body_hash FROM events WHERE id = ?`, in.ID).Scan(&seq, &stored)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return 0, nil, &QueueFullError{Depth: depth, Cap: s.opts.GlobalCap, RetryAfter: DefaultQueueFullRetry}
-	case err != nil:
-		return 0, nil, err
-	case !bytes.Equal(stored, sum):
-		return 0, nil, fmt.Errorf("event %q was already emitted with a different type or body: %w", in.ID, ErrConflict)
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
 	}
-	var n int
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM deliveries WHERE event_seq = ?`, seq).Scan(&n); err != nil {
-		return 0, nil, err
+	if err := p.supersedeStored(ctx, tx, now); err != nil {
+		return err
 	}
-	return seq, &EmitResult{EventID: in.ID, Deliveries: n, Duplicate: true}, nil
+	if len(p.rows) == 0 {
+		return nil
+	}
+	for i := range p.rows {
+		p.rows[i].Event = seqs[p.events[p.rows[i].Event].ID]
+	}
+	if data, err = json.Marshal(p.rows); err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO deliveries(event_seq, subscriber_id, status, coalesce_key, next_attempt_at, age_from, created_at, updated_at)
+		SELECT value->>'e', value->>'s', value->>'st', value->>'k', ?1, ?1, ?1, ?1 FROM json_each(?2)`, now, string(data))
+	return err
 }
 
-// supersedeSQL replaces a subscriber's pending deliveries with a coalesce key. Claimed ones are
-// left alone: they may already be at the subscriber. The index is named: the planner would
-// otherwise pick deliveries_sub_status and walk all of a big backlog.
-const supersedeSQL = `UPDATE deliveries INDEXED BY deliveries_coalesce SET status = 'superseded', updated_at = ?
-	WHERE subscriber_id = ? AND coalesce_key = ? AND status = 'pending' AND coalesce_key <> ''`
+// countDuplicates fills in the delivery count of re-emitted stored events.
+func (p *groupPlan) countDuplicates(ctx context.Context, tx *sql.Tx) error {
+	if len(p.dups) == 0 {
+		return nil
+	}
+	seqs := make([]int64, 0, len(p.dups))
+	for seq := range p.dups {
+		seqs = append(seqs, seq)
+	}
+	list, _ := json.Marshal(seqs)
+	rows, err := tx.QueryContext(ctx, `SELECT event_seq, count(*) FROM deliveries WHERE event_seq IN (SELECT value FROM json_each(?)) GROUP BY event_seq`, string(list))
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var seq int64
+		var n int
+		if err := rows.Scan(&seq, &n); err != nil {
+			return err
+		}
+		for _, ref := range p.dups[seq] {
+			ref.r.results[ref.i].Deliveries = n
+		}
+	}
+	return rows.Err()
+}
+
+// supersedeStored supersedes the stored pending deliveries of every (subscriber, coalesce key) the
+// group emits, counted for the group's first event with that pair.
+func (p *groupPlan) supersedeStored(ctx context.Context, tx *sql.Tx, now int64) error {
+	if len(p.firstKey) == 0 {
+		return nil
+	}
+	pairs := make([][2]string, 0, len(p.firstKey))
+	for k := range p.firstKey {
+		pairs = append(pairs, k)
+	}
+	data, _ := json.Marshal(pairs)
+	rows, err := tx.QueryContext(ctx, supersedeSQL, now, string(data))
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k [2]string
+		if err := rows.Scan(&k[0], &k[1]); err != nil {
+			return err
+		}
+		ref := p.firstKey[k]
+		ref.r.results[ref.i].Superseded++
+		p.superseded++
+	}
+	return rows.Err()
+}
+
+// supersedeSQL replaces the pending deliveries with a coalesce key of the (subscriber, key) pairs
+// in a JSON array. Claimed ones are left alone: they may already be at the subscriber. The index is
+// named: the planner would otherwise pick deliveries_sub_status and walk all of a big backlog.
+const supersedeSQL = `UPDATE deliveries INDEXED BY deliveries_coalesce SET status = 'superseded', updated_at = ?1
+	FROM (SELECT value->>0 AS sub, value->>1 AS key FROM json_each(?2)) AS j
+	WHERE deliveries.subscriber_id = j.sub AND deliveries.coalesce_key = j.key AND deliveries.status = 'pending' AND deliveries.coalesce_key <> ''
+	RETURNING deliveries.subscriber_id, deliveries.coalesce_key`
 
 // bodyHash identifies an event's content for idempotent re-emits.
 func bodyHash(eventType string, body []byte) []byte {

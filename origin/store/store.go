@@ -148,6 +148,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		q.Add("_pragma", "busy_timeout("+strconv.FormatInt(opts.BusyTimeout.Milliseconds(), 10)+")")
 		q.Add("_pragma", "foreign_keys(1)")
 		q.Add("_pragma", "synchronous("+opts.Synchronous+")")
+		// Statement journals (pages a statement may have to undo) stay in memory: on disk, every
+		// multi-row INSERT or UPDATE wrote its pages to a temporary file first.
+		q.Add("_pragma", "temp_store(MEMORY)")
 		return "file:" + opts.Path + "?" + q.Encode() + extra
 	}
 	w, err := sql.Open("sqlite", dsn("&_pragma=journal_mode(WAL)&_txlock=immediate"))

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -127,14 +128,32 @@ func BenchmarkRelay1KB(b *testing.B) {
 	}
 }
 
-// callCounter counts entries into one function; the benchmark calls the guest from one goroutine.
-type callCounter struct{ n *int }
+// callCounter counts entries into one function and, when by is set, credits each to the nearest
+// function of this project's code on the stack (a call of the Go runtime or standard library is
+// made on its behalf). The benchmark calls the guest from one goroutine.
+type callCounter struct {
+	n  *int
+	by map[string]int
+}
 
-func (c callCounter) Before(context.Context, api.Module, api.FunctionDefinition, []uint64, experimental.StackIterator) {
+func (c callCounter) Before(_ context.Context, _ api.Module, _ api.FunctionDefinition, _ []uint64, si experimental.StackIterator) {
 	*c.n++
+	if c.by == nil {
+		return
+	}
+	for si.Next() {
+		// Guest names are "." + the Go symbol, with "/" and "." of the import path as "_".
+		if name := si.Function().Definition().DebugName(); strings.HasPrefix(name, ".main.") || strings.Contains(name, "edgehook_edgehook") {
+			c.by[name]++
+			return
+		}
+	}
 }
 func (callCounter) After(context.Context, api.Module, api.FunctionDefinition, []uint64) {}
 func (callCounter) Abort(context.Context, api.Module, api.FunctionDefinition, error)    {}
+
+// topCallers is how many of the guest's functions the report lists by calls made on their behalf.
+const topCallers = 12
 
 // BenchmarkGuestCalls counts, per 1 KB request with the stub upstream, the guest's function calls,
 // its allocations (calls of runtime.mallocgc) and its calls of host functions. Unlike times these
@@ -145,14 +164,15 @@ func (callCounter) Abort(context.Context, api.Module, api.FunctionDefinition, er
 // calls; its times mean nothing.
 func BenchmarkGuestCalls(b *testing.B) {
 	var guest, host, mallocs int
+	by := map[string]int{}
 	factory := experimental.FunctionListenerFactoryFunc(func(def api.FunctionDefinition) experimental.FunctionListener {
 		switch {
 		case def.GoFunction() != nil:
-			return callCounter{&host}
+			return callCounter{n: &host}
 		case def.Name() == "runtime.mallocgc":
-			return callCounter{&mallocs} // guest too: counted again below
+			return callCounter{&mallocs, by} // guest too: counted again below
 		}
-		return callCounter{&guest}
+		return callCounter{&guest, by}
 	})
 	wasm, err := os.ReadFile(wasmPath)
 	if err != nil {
@@ -185,6 +205,7 @@ func BenchmarkGuestCalls(b *testing.B) {
 	}
 	run("warm", 10) // the first requests fill the relay's caches
 	guest, host, mallocs = 0, 0, 0
+	clear(by)
 	b.ResetTimer()
 	run("del", b.N)
 	b.StopTimer()
@@ -196,6 +217,15 @@ func BenchmarkGuestCalls(b *testing.B) {
 	for k, v := range counts {
 		b.ReportMetric(v, k+"/req")
 		guestCounts.Store(k, v)
+	}
+	callers := make([]string, 0, len(by))
+	for name := range by {
+		callers = append(callers, name)
+	}
+	slices.SortFunc(callers, func(x, y string) int { return by[y] - by[x] })
+	for _, name := range callers[:min(topCallers, len(callers))] {
+		short := strings.TrimPrefix(strings.TrimPrefix(name, "."), "github.com_edgehook_edgehook_")
+		guestCounts.Store("calls by "+short, float64(by[name])/float64(b.N))
 	}
 }
 
@@ -304,7 +334,7 @@ func printTable(title, what string, now, before map[string]float64, unit float64
 	if len(now) == 0 {
 		return
 	}
-	fmt.Printf("%-32s %12s %12s %8s\n", title, what, "before", "change")
+	fmt.Printf("%-50s %12s %12s %8s\n", title, what, "before", "change")
 	keys := make([]string, 0, len(now))
 	for k := range now {
 		keys = append(keys, k)
@@ -316,6 +346,6 @@ func printTable(title, what string, now, before map[string]float64, unit float64
 			was = strconv.FormatFloat(b/unit, 'f', 1, 64)
 			change = strconv.FormatFloat((now[k]-b)/b*100, 'f', 0, 64) + "%"
 		}
-		fmt.Printf("%-32s %12.1f %12s %8s\n", k, now[k]/unit, was, change)
+		fmt.Printf("%-50s %12.1f %12s %8s\n", k, now[k]/unit, was, change)
 	}
 }

@@ -42,9 +42,9 @@ const (
 	DefaultReaders      = 4
 	// DefaultQueueFullRetry is the retry delay suggested when the global cap is reached.
 	DefaultQueueFullRetry = 30 * time.Second
-	// MaxBatchEvents bounds an EmitBatch, and how many events one group-commit transaction
-	// carries.
-	MaxBatchEvents = 512
+	// MaxBatchEvents bounds an EmitBatch (the API's batch of 1,000), and how many events one
+	// group-commit transaction gathers.
+	MaxBatchEvents = 1000
 )
 
 // Options configure Open. Zero fields take the defaults.

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -356,6 +357,114 @@ func TestEmitBatchIsAtomic(t *testing.T) {
 	res, err := s.EmitBatch(ctx, []EmitInput{{ID: "new-1", Type: "t", Body: []byte(`{}`)}, {ID: "new-2", Type: "t", Body: []byte(`{}`)}})
 	if err != nil || len(res) != 2 || res[1].Deliveries != 1 {
 		t.Fatalf("batch: %+v %v", res, err)
+	}
+}
+
+// TestEmitBatchOfMaxSize writes the largest batch all or nothing: a conflict in its last event
+// writes none of it, the same batch without it writes every event with its exact bytes, and one
+// event more is refused naming the field.
+func TestEmitBatchOfMaxSize(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	mustSub(t, s, SubscriberInput{ID: "b"})
+	mustEmit(t, s, "taken", "t", `{"v":1}`)
+	batch := make([]EmitInput, MaxBatchEvents)
+	for i := range batch {
+		batch[i] = EmitInput{ID: fmt.Sprintf("m-%d", i), Type: "t", Body: []byte(fmt.Sprintf(`{ "i": %d, "s": "\u00e9\"<&>\u2028" , "é": [] }`, i))}
+	}
+	batch[len(batch)-1].ID = "taken"
+	if _, err := s.EmitBatch(ctx, batch); !errors.Is(err, ErrConflict) {
+		t.Fatalf("max batch with a conflict: %v", err)
+	}
+	if c := counts(t, s, "a"); c[StatusPending] != 1 {
+		t.Fatalf("half of a failed batch was written: %d pending", c[StatusPending])
+	}
+	batch[len(batch)-1].ID = "m-last"
+	res, err := s.EmitBatch(ctx, batch)
+	if err != nil || len(res) != MaxBatchEvents || res[MaxBatchEvents-1].Deliveries != 2 || res[0].Duplicate {
+		t.Fatalf("max batch: %d results, %v", len(res), err)
+	}
+	if c := counts(t, s, "b"); c[StatusPending] != MaxBatchEvents+1 {
+		t.Fatalf("pending = %d, want %d", c[StatusPending], MaxBatchEvents+1)
+	}
+	for _, i := range []int{0, 517, MaxBatchEvents - 1} {
+		ev, err := s.GetEvent(ctx, batch[i].ID)
+		if err != nil || !bytes.Equal(ev.Body, batch[i].Body) {
+			t.Fatalf("event %d: stored body %q (%v), sent %q", i, ev.Body, err, batch[i].Body)
+		}
+	}
+	_, err = s.EmitBatch(ctx, append(batch, EmitInput{ID: "one-more", Type: "t", Body: []byte(`{}`)}))
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "events" {
+		t.Fatalf("batch of %d: %v", MaxBatchEvents+1, err)
+	}
+}
+
+// TestGroupCommitLeavesOutFailedRequests piles up emits behind a held writer, two of which fail on
+// their own (a conflict, an id repeated with another body): they get their error and write
+// nothing, the others in the same transaction are committed, re-emits of ids planned earlier in
+// the group are answered as duplicates.
+func TestGroupCommitLeavesOutFailedRequests(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	mustEmit(t, s, "taken", "t", `{"v":1}`)
+	tx, err := s.w.BeginTx(ctx, nil) // the writer's only connection: the committer must wait
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	reqs := [][]EmitInput{
+		{{ID: "ok-1", Type: "t", Body: []byte(`{}`)}},
+		{{ID: "ok-2", Type: "t", Body: []byte(`{}`)}, {ID: "taken", Type: "t", Body: []byte(`{"v":2}`)}},
+		{{ID: "ok-3", Type: "t", Body: []byte(`{}`)}, {ID: "ok-3", Type: "t", Body: []byte(`{"x":1}`)}},
+		{{ID: "ok-4", Type: "t", Body: []byte(`{}`)}, {ID: "ok-1", Type: "t", Body: []byte(`{}`)}},
+	}
+	type answer struct {
+		res []EmitResult
+		err error
+	}
+	answers := make([]chan answer, len(reqs))
+	for i, r := range reqs {
+		answers[i] = make(chan answer, 1)
+		go func() {
+			res, err := s.EmitBatch(ctx, r)
+			answers[i] <- answer{res, err}
+		}()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for s.enqueued.Load() < int64(len(reqs)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d emits queued", s.enqueued.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	tx.Rollback()
+	got := make([]answer, len(reqs))
+	for i := range reqs {
+		got[i] = <-answers[i]
+	}
+	if !errors.Is(got[1].err, ErrConflict) || !errors.Is(got[2].err, ErrConflict) {
+		t.Fatalf("conflicting requests: %v, %v", got[1].err, got[2].err)
+	}
+	if got[0].err != nil || got[3].err != nil || got[0].res[0].Deliveries != 1 || got[3].res[1].Deliveries != 1 || got[3].res[0].Duplicate {
+		t.Fatalf("good requests: %+v, %+v", got[0], got[3])
+	}
+	// Whichever of requests 0 and 3 was written first (the queue's order is the scheduler's), ok-1
+	// is new for it and a duplicate for the other.
+	if got[0].res[0].Duplicate == got[3].res[1].Duplicate {
+		t.Fatalf("ok-1 emitted twice: %+v and %+v", got[0].res[0], got[3].res[1])
+	}
+	for id, want := range map[string]bool{"ok-1": true, "ok-2": false, "ok-3": false, "ok-4": true} {
+		if _, err := s.GetEvent(ctx, id); (err == nil) != want {
+			t.Fatalf("event %s stored = %v, want %v", id, err == nil, want)
+		}
+	}
+	if c := counts(t, s, "a"); c[StatusPending] != 3 {
+		t.Fatalf("pending = %d, want 3", c[StatusPending])
 	}
 }
 

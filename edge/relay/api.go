@@ -14,6 +14,7 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Header is a header map with lower-case keys; Get, Set and Del take names in any case. A header
@@ -22,7 +23,27 @@ import (
 type Header map[string]string
 
 // Get returns the value of name, or "".
-func (h Header) Get(name string) string { return h[strings.ToLower(name)] }
+func (h Header) Get(name string) string {
+	// Callers mostly pass capitalised names (wire.Header*), which strings.ToLower copies into a new
+	// string on every call; in the WASM builds that allocation is a large share of a request
+	// (edge/harness BenchmarkGuestCalls). An ASCII name is lower-cased into a stack buffer instead:
+	// the compiler does not allocate for the h[string(buf)] index.
+	var buf [64]byte
+	if len(name) > len(buf) {
+		return h[strings.ToLower(name)]
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c >= utf8.RuneSelf {
+			return h[strings.ToLower(name)]
+		}
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		buf[i] = c
+	}
+	return h[string(buf[:len(name)])]
+}
 
 // Set replaces the value of name.
 func (h Header) Set(name, value string) { h[strings.ToLower(name)] = value }

@@ -73,12 +73,13 @@ func (r *Relay) Handle(ctx context.Context, req *Request) *Response {
 		return Reject(401, wire.ReasonBadSignature, "hop signature: %v (is %s the origin's edge secret?)", err, EnvSecret)
 	}
 	subKey, dedupKey, markKey := wire.SubscriberKey(hop.SubscriberID), wire.DedupKey(hop.DeliveryID), ""
-	reads := []kvRead{{kv: r.deps.Subscribers, key: subKey}, {kv: r.deps.Dedup, key: dedupKey}}
+	// An array on the stack, not a slice literal: read does not let it escape (see there).
+	reads, n := [3]kvRead{{kv: r.deps.Subscribers, key: subKey}, {kv: r.deps.Dedup, key: dedupKey}}, 2
 	if hop.CoalesceKey != "" { // read now; used only if the record makes this type coalescible
 		markKey = wire.CoalesceKey(hop.SubscriberID, hop.CoalesceKey)
-		reads = append(reads, kvRead{kv: r.deps.Dedup, key: markKey})
+		reads[2], n = kvRead{kv: r.deps.Dedup, key: markKey}, 3
 	}
-	r.read(ctx, reads)
+	r.read(ctx, reads[:n])
 	rec, resp := r.subscriber(&reads[0])
 	if resp != nil {
 		return resp
@@ -116,11 +117,15 @@ func (r *Relay) read(ctx context.Context, reads []kvRead) {
 		}
 		return
 	}
+	// The goroutines work on a copy: were they to capture reads itself, it would escape, and the
+	// caller's array would be heap-allocated in the sequential runtimes too.
+	shared := append([]kvRead(nil), reads...)
 	var wg sync.WaitGroup
-	for i := range reads {
-		wg.Go(func() { reads[i].value, reads[i].found, reads[i].err = reads[i].kv.Get(ctx, reads[i].key) })
+	for i := range shared {
+		wg.Go(func() { shared[i].value, shared[i].found, shared[i].err = shared[i].kv.Get(ctx, shared[i].key) })
 	}
 	wg.Wait()
+	copy(reads, shared)
 }
 
 // subscriber decodes the subscriber's record, or returns the rejection.
@@ -160,7 +165,7 @@ func (r *Relay) coalesced(mark *kvRead, window time.Duration) *Response {
 	}
 	secs := int64((left + time.Second - 1) / time.Second)
 	resp := answer(429, wire.OutcomeCoalesced, "%s was forwarded less than %s ago; retry in %ds", mark.key, window, secs)
-	resp.Header.Set(wire.HeaderRetryAfter, strconv.FormatInt(secs, 10))
+	resp.Header[keyRetryAfter] = strconv.FormatInt(secs, 10)
 	return resp
 }
 
@@ -181,17 +186,19 @@ func (r *Relay) forward(ctx context.Context, req *Request, hop *signature.Hop, r
 		} else {
 			resp = answer(502, wire.OutcomeUpstreamUnreachable, "subscriber %s unreachable: %v", hop.SubscriberID, err)
 		}
-		resp.Header.Set(wire.HeaderUpstreamLatency, latency)
+		resp.Header[keyUpstreamLatency] = latency
 		return resp
 	}
-	resp := &Response{Status: up.Status, Header: Header{}, Body: excerpt(up.Body)}
-	resp.Header.Set(wire.HeaderOutcome, string(wire.OutcomeForwarded))
-	resp.Header.Set(wire.HeaderUpstreamLatency, latency)
-	if ra := up.Header.Get(wire.HeaderRetryAfter); ra != "" {
-		resp.Header.Set(wire.HeaderRetryAfter, ra)
+	resp := &Response{
+		Status: up.Status,
+		Header: Header{keyOutcome: string(wire.OutcomeForwarded), keyUpstreamLatency: latency},
+		Body:   excerpt(up.Body),
 	}
-	if ct := up.Header.Get("Content-Type"); ct != "" && len(resp.Body) > 0 {
-		resp.Header.Set("Content-Type", ct)
+	if ra := up.Header[keyRetryAfter]; ra != "" {
+		resp.Header[keyRetryAfter] = ra
+	}
+	if ct := up.Header[keyContentType]; ct != "" && len(resp.Body) > 0 {
+		resp.Header[keyContentType] = ct
 	}
 	if up.Status < 200 || up.Status > 299 {
 		return resp
@@ -212,20 +219,38 @@ func (r *Relay) forward(ctx context.Context, req *Request, hop *signature.Hop, r
 	return resp
 }
 
-// strippedHeaders are never forwarded: transport headers the runtime sets itself, and headers
-// the platform adds about the origin's connection.
-var strippedHeaders = map[string]bool{
-	"host": true, "content-length": true, "connection": true, "keep-alive": true,
-	"proxy-connection": true, "proxy-authorization": true, "te": true, "trailer": true,
-	"transfer-encoding": true, "upgrade": true, "x-real-ip": true,
+// Header keys (lower-case) of the edge's answer, written directly into a Header: Set would
+// lower-case the capitalised wire names again on every request.
+var (
+	keyOutcome         = strings.ToLower(wire.HeaderOutcome)
+	keyUpstreamLatency = strings.ToLower(wire.HeaderUpstreamLatency)
+	keyRetryAfter      = strings.ToLower(wire.HeaderRetryAfter)
+)
+
+const keyContentType = "content-type"
+
+// stripped reports whether a header (lower-case name) is never forwarded: hop headers (every
+// "edgehook-" header), transport headers the runtime sets itself, and headers the platform adds
+// about the origin's connection. A switch rather than a map: it is asked for every header of
+// every request, and in the WASM builds a map lookup costs several calls (BenchmarkGuestCalls).
+func stripped(k string) bool {
+	if strings.HasPrefix(k, "edgehook-") || strings.HasPrefix(k, "cf-") || strings.HasPrefix(k, "x-forwarded-") {
+		return true // first: most of a request's headers are hop headers
+	}
+	switch k {
+	case "host", "content-length", "connection", "keep-alive", "proxy-connection",
+		"proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade", "x-real-ip":
+		return true
+	}
+	return false
 }
 
-// forwardHeader returns the headers sent to the subscriber: the origin's, minus hop headers
-// (every "edgehook-" header), transport and platform headers, plus the record's extra headers.
+// forwardHeader returns the headers sent to the subscriber: the origin's, minus the stripped
+// ones, plus the record's extra headers.
 func forwardHeader(in Header, extra map[string]string) Header {
 	out := make(Header, len(in)+len(extra))
 	for k, v := range in {
-		if strippedHeaders[k] || strings.HasPrefix(k, "edgehook-") || strings.HasPrefix(k, "cf-") || strings.HasPrefix(k, "x-forwarded-") {
+		if stripped(k) {
 			continue
 		}
 		out[k] = v
@@ -248,7 +273,7 @@ func answer(status int, outcome wire.Outcome, format string, args ...any) *Respo
 	detail := string(outcome) + ": " + fmt.Sprintf(format, args...)
 	return &Response{
 		Status: status,
-		Header: Header{strings.ToLower(wire.HeaderOutcome): string(outcome), "content-type": "text/plain; charset=utf-8"},
+		Header: Header{keyOutcome: string(outcome), keyContentType: "text/plain; charset=utf-8"},
 		Body:   excerpt([]byte(detail + "\n")),
 		Detail: detail,
 	}

@@ -279,6 +279,13 @@ func TestHeaderIsCaseInsensitive(t *testing.T) {
 	if len(h) != 0 {
 		t.Errorf("after Del: %v", h)
 	}
+	// Get lower-cases short ASCII names in a buffer and falls back to strings.ToLower otherwise.
+	long := "X-" + strings.Repeat("Long", 20)
+	h.Set(long, "l")
+	h.Set("X-Ünicode", "u")
+	if h.Get(strings.ToLower(long)) != "l" || h.Get(strings.ToUpper(long)) != "l" || h.Get("x-ünicode") != "u" || h.Get("X-ÜNICODE") != "u" {
+		t.Errorf("long or non-ASCII names: %v", h)
+	}
 }
 
 // The decoded-record cache is keyed by the exact KV value, so an updated record takes effect.

@@ -124,11 +124,28 @@ func ParseHopHeaders(src HeaderGetter) (h *Hop, sigHeader string, err error) {
 			return nil, "", fmt.Errorf("%w: %s", ErrMissing, f[0])
 		}
 	}
-	if h.Attempt, err = strconv.Atoi(attempt); err != nil || strconv.Itoa(h.Attempt) != attempt {
+	n, ok := parseCanonicalInt(attempt, 0)
+	if !ok {
 		return nil, "", fmt.Errorf("%w: %s %q is not a plain decimal integer", ErrMalformed, wire.HeaderAttempt, attempt)
 	}
-	if h.Timestamp, err = strconv.ParseInt(ts, 10, 64); err != nil || strconv.FormatInt(h.Timestamp, 10) != ts {
+	h.Attempt = int(n)
+	if h.Timestamp, ok = parseCanonicalInt(ts, 64); !ok {
 		return nil, "", fmt.Errorf("%w: %s %q is not plain decimal unix seconds", ErrMalformed, wire.HeaderHopTimestamp, ts)
 	}
 	return h, sigHeader, nil
+}
+
+// parseCanonicalInt parses s as strconv.ParseInt(s, 10, bitSize) does and reports whether s is
+// exactly how strconv.FormatInt writes the result: no '+', no leading zero, no "-0". It checks the
+// text rather than formatting the number again, which the edge would pay for on every request.
+func parseCanonicalInt(s string, bitSize int) (int64, bool) {
+	n, err := strconv.ParseInt(s, 10, bitSize)
+	if err != nil {
+		return 0, false // so s below holds an optional sign and at least one digit
+	}
+	first := 0
+	if s[0] == '-' {
+		first = 1
+	}
+	return n, s[0] != '+' && (s[first] != '0' || s == "0")
 }

@@ -220,6 +220,7 @@ func TestParseHopHeadersErrors(t *testing.T) {
 		{wire.HeaderHopTimestamp, "now"},
 		{wire.HeaderHopTimestamp, "+1732270000"},
 		{wire.HeaderHopTimestamp, "01732270000"},
+		{wire.HeaderHopTimestamp, "-0"},
 		{wire.HeaderHopTimestamp, "1732270000.5"},
 		{wire.HeaderHopTimestamp, "99999999999999999999"},
 	}

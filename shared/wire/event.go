@@ -21,14 +21,18 @@ func ValidateEventType(t string) error {
 	if len(t) > MaxEventTypeLen {
 		return fmt.Errorf("event type is %d bytes long, the maximum is %d", len(t), MaxEventTypeLen)
 	}
-	for _, seg := range strings.Split(t, ".") {
-		if seg == "" {
-			return fmt.Errorf("event type %q has an empty segment (leading, trailing or doubled dot)", t)
-		}
-		for i := 0; i < len(seg); i++ {
-			if c := seg[i]; !isNameChar(c) {
-				return fmt.Errorf("event type %q contains %q; allowed are letters, digits, '_', '-' and '.'", t, rune(c))
+	// One pass without strings.Split (no allocation: the edge validates every request's type). A
+	// segment is checked for emptiness when its dot (or the end) is reached, after its characters,
+	// so errors come in the same order as segment by segment.
+	start := 0
+	for i := 0; i <= len(t); i++ {
+		if i == len(t) || t[i] == '.' {
+			if i == start {
+				return fmt.Errorf("event type %q has an empty segment (leading, trailing or doubled dot)", t)
 			}
+			start = i + 1
+		} else if c := t[i]; !isNameChar(c) {
+			return fmt.Errorf("event type %q contains %q; allowed are letters, digits, '_', '-' and '.'", t, rune(c))
 		}
 	}
 	return nil

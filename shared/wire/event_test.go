@@ -34,6 +34,8 @@ func TestValidateEventType(t *testing.T) {
 		{"video.", "empty segment"},
 		{"video..trending", "empty segment"},
 		{".", "empty segment"},
+		{"a$..b", `contains '$'`}, // the first bad segment decides, whatever is wrong with it
+		{"a..b$", "empty segment"},
 		{"video trending", `contains ' '`},
 		{"video/trending", `contains '/'`},
 		{"video:trending", `contains ':'`},

@@ -256,3 +256,13 @@ func SubscriberValue(seed SubscriberSeed, subscriberURL, unreachableURL string) 
 	r := strings.NewReplacer(PlaceholderSubscriber, subscriberURL, PlaceholderUnreachable, unreachableURL)
 	return r.Replace(string(seed.Record))
 }
+
+// StillClock is the Go runners' clock: it reads the same instant for a whole scenario, so every
+// Retry-After and TTL is exact (workerd, on the real clock, is allowed the seconds that passed).
+type StillClock struct{ At time.Time }
+
+// Now returns the instant the clock stands at.
+func (c StillClock) Now() time.Time { return c.At }
+
+// RunnerEpoch is where the Go runners' StillClock stands.
+var RunnerEpoch = time.Unix(1_800_000_000, 0)

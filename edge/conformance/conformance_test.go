@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
@@ -17,18 +15,6 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// clock is a settable clock: the native runner's "now" stays put while a scenario runs.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
 
 // TestNative runs every scenario against the relay core compiled natively, with in-memory KV, a
 // fixed clock and a real subscriber on 127.0.0.1.
@@ -73,7 +59,7 @@ func TestNative(t *testing.T) {
 // runNative runs one scenario on a fresh relay and fresh KV.
 func runNative(t *testing.T, suite *conformance.Suite, sc *conformance.Scenario, cfg relay.Config, concurrentKV bool,
 	sub *conformance.Subscriber, down string, upstream relay.Upstream) {
-	clk := &clock{now: time.Unix(1_800_000_000, 0)}
+	clk := conformance.StillClock{At: conformance.RunnerEpoch}
 	subs, dedup := memkv.New(clk), memkv.New(clk)
 	ctx := context.Background()
 	for id, seed := range sc.Subscribers {

@@ -55,7 +55,7 @@ func TestConformanceWASI(t *testing.T) {
 		results[sc.Name] = conformance.ResultFail
 		passed := t.Run(sc.Name, func(t *testing.T) {
 			ctx := context.Background()
-			clk := &fixedClock{now: time.Unix(1_800_000_000, 0)}
+			clk := conformance.StillClock{At: conformance.RunnerEpoch}
 			subs, dedup := memkv.New(clk), memkv.New(clk)
 			for id, seed := range sc.Subscribers {
 				_ = subs.Put(ctx, "sub:"+id, conformance.SubscriberValue(seed, sub.URL(), down), 0)

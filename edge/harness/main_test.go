@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -59,18 +58,6 @@ func runVerified(m *testing.M) int {
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-// fixedClock is a settable clock.
-type fixedClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fixedClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
 
 var edgeSecret = mustSecret("whsec_AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=")
 

@@ -166,13 +166,17 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 // nearly always nothing has expired.
 func rescueExpired(ctx context.Context, tx *sql.Tx, now int64) error {
 	var expired bool
-	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM deliveries WHERE status = 'leased' AND lease_expires_at <= ?)`, now).Scan(&expired); err != nil || !expired {
+	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM deliveries WHERE `+expiredSQL+`)`, now).Scan(&expired); err != nil || !expired {
 		return err
 	}
 	_, err := tx.ExecContext(ctx, `UPDATE deliveries SET status = 'pending', lease_token = '', lease_expires_at = 0, updated_at = ?1
-		WHERE status = 'leased' AND lease_expires_at <= ?1`, now)
+		WHERE `+expiredSQL, now)
 	return err
 }
+
+// expiredSQL selects the leases expired at ?1, through deliveries_status_settled (whose condition
+// it repeats for the planner).
+const expiredSQL = `status = 'leased' AND status <> 'pending' AND lease_expires_at <= ?1`
 
 // spend is a subscriber's bucket after a claim took from it.
 type spend struct {

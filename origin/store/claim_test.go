@@ -299,7 +299,8 @@ func TestRetryReplayListAndPrune(t *testing.T) {
 }
 
 // TestDueQueriesUseIndexes pins the query plans that must stay cheap with a million rows pending:
-// claiming and the due check search the partial indexes instead of scanning deliveries.
+// claiming, coalescing, the rescue of expired leases and pruning search the partial indexes instead
+// of scanning deliveries.
 func TestDueQueriesUseIndexes(t *testing.T) {
 	t.Parallel()
 	s, _ := open(t, Options{})
@@ -311,6 +312,8 @@ func TestDueQueriesUseIndexes(t *testing.T) {
 		{claimSQL("attempts = 0", 2), []any{"t", 1, 1, "a", 1, 10, "b", 1, 10}, "deliveries_due_first"},
 		{claimSQL("attempts > 0", 2), []any{"t", 1, 1, "a", 1, 10, "b", 1, 10}, "deliveries_due_retry"},
 		{supersedeSQL, []any{1, `[["a","k"]]`}, "deliveries_coalesce"},
+		{`SELECT 1 FROM deliveries WHERE ` + expiredSQL, []any{1}, "deliveries_status_settled"},
+		{prunableSQL, []any{1}, "deliveries_status_settled"},
 	} {
 		rows, err := s.r.Query(`EXPLAIN QUERY PLAN `+tc.query, tc.args...)
 		if err != nil {

@@ -285,6 +285,10 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
 	return st, rows.Err()
 }
 
+// prunableSQL selects the finished deliveries last changed before ?1, through
+// deliveries_status_settled (whose condition it repeats for the planner).
+const prunableSQL = `SELECT seq FROM deliveries WHERE status IN ('delivered', 'dead', 'superseded') AND status <> 'pending' AND updated_at < ?1`
+
 // pruneChunk bounds one prune transaction, so other writers are not blocked for long.
 const pruneChunk = 2000
 
@@ -294,7 +298,7 @@ const pruneChunk = 2000
 func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 	var total int64
 	for i, q := range []string{
-		`DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries WHERE status IN ('delivered', 'dead', 'superseded') AND updated_at < ? LIMIT ` + strconv.Itoa(pruneChunk) + `)`,
+		`DELETE FROM deliveries WHERE seq IN (` + prunableSQL + ` LIMIT ` + strconv.Itoa(pruneChunk) + `)`,
 		`DELETE FROM events WHERE seq IN (SELECT seq FROM events e WHERE created_at < ? AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = e.seq) LIMIT ` + strconv.Itoa(pruneChunk) + `)`,
 	} {
 		for {

@@ -9,30 +9,47 @@ import (
 )
 
 // BenchmarkEmit measures emit throughput with twelve matching subscribers (issue 7's figure: an
-// event and twelve deliveries each), one caller and many concurrent callers (64 per CPU) sharing
-// group commits, at both synchronous settings. deliveries/s is the issue's "delivery rows/s".
+// event and twelve deliveries each): single-event requests from one caller and from many
+// concurrent callers (64 per CPU) sharing group commits, and batches of MaxBatchEvents from one
+// caller, at both synchronous settings. deliveries/s is the issue's "delivery rows/s".
 func BenchmarkEmit(b *testing.B) {
 	const benchSubscribers = 12
 	for _, sync := range []string{SyncNormal, SyncFull} {
-		for _, callers := range []int{1, 64} {
-			b.Run(fmt.Sprintf("sync=%s/parallelism=%d", sync, callers), func(b *testing.B) {
+		for _, c := range []struct{ callers, batch int }{{1, 1}, {64, 1}, {1, MaxBatchEvents}} {
+			b.Run(fmt.Sprintf("sync=%s/parallelism=%d/batch=%d", sync, c.callers, c.batch), func(b *testing.B) {
 				s, _ := open(b, Options{Synchronous: sync, Now: time.Now, GlobalCap: 1 << 40, BacklogCap: 1 << 40})
 				for i := range benchSubscribers {
 					mustSub(b, s, SubscriberInput{ID: fmt.Sprintf("s%d", i)})
 				}
 				var n atomic.Int64
 				body := []byte(`{"video_id":"v1","rank":3,"title":"a typical small payload of a webhook event"}`)
-				b.SetParallelism(callers)
+				emit := func(batch []EmitInput) bool {
+					var err error
+					if len(batch) == 1 {
+						_, err = s.Emit(context.Background(), batch[0])
+					} else if len(batch) > 1 {
+						_, err = s.EmitBatch(context.Background(), batch)
+					}
+					if err != nil {
+						b.Error(err)
+					}
+					return err == nil
+				}
+				b.SetParallelism(c.callers)
 				b.ResetTimer()
 				start := time.Now()
 				b.RunParallel(func(pb *testing.PB) {
+					batch := make([]EmitInput, 0, c.batch)
 					for pb.Next() {
-						id := fmt.Sprintf("e%d", n.Add(1))
-						if _, err := s.Emit(context.Background(), EmitInput{ID: id, Type: "video.trending", Body: body}); err != nil {
-							b.Error(err)
-							return
+						batch = append(batch, EmitInput{ID: fmt.Sprintf("e%d", n.Add(1)), Type: "video.trending", Body: body})
+						if len(batch) == c.batch {
+							if !emit(batch) {
+								return
+							}
+							batch = batch[:0]
 						}
 					}
+					emit(batch)
 				})
 				secs := time.Since(start).Seconds()
 				b.ReportMetric(float64(n.Load())/secs, "events/s")

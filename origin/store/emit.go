@@ -7,7 +7,6 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"unicode/utf8"
@@ -41,9 +40,9 @@ func (s *Store) Emit(ctx context.Context, in EmitInput) (EmitResult, error) {
 // global cap the error is a *QueueFullError (errors.Is ErrQueueFull).
 //
 // Concurrent calls share one transaction (group commit): a single committer goroutine takes every
-// request waiting, writes them in one transaction with a savepoint each (so one caller's conflict
-// does not fail the others) and commits once, so throughput is not one fsync per event. Each
-// caller returns only after that commit.
+// request waiting, writes them in one transaction (leaving out a request that fails on its own, so
+// one caller's conflict does not fail the others) and commits once, so throughput is not one fsync
+// per event. Each caller returns only after that commit.
 func (s *Store) EmitBatch(ctx context.Context, ins []EmitInput) ([]EmitResult, error) {
 	if len(ins) == 0 {
 		return nil, fieldErrf("events", "at least one event is required")
@@ -547,11 +546,4 @@ func (s *Store) trimBacklogs(ctx context.Context, tx *sql.Tx) (int64, error) {
 		total += n
 	}
 	return total, nil
-}
-
-func ignoreNoRows(err error) error {
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil
-	}
-	return err
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/edgehook/edgehook/origin/store"
 )
@@ -83,9 +84,14 @@ func eventBody(size, seq int) []byte {
 // maximum, and large enough that a transaction carries thousands of rows.
 const fillBatch = 500
 
+// fillTimeout bounds a fill: a million rows take well under a minute on a quiet machine.
+const fillTimeout = 10 * time.Minute
+
 // fill emits events through the store's batch emit (not HTTP), two batches in flight so group
 // commit can merge them, with ids prefix-0, prefix-1, ...
 func fill(ctx context.Context, st *store.Store, events, bodySize int, prefix string) error {
+	ctx, cancel := context.WithTimeout(ctx, fillTimeout)
+	defer cancel()
 	batches := make(chan int)
 	errs := make(chan error, 2)
 	var wg sync.WaitGroup

@@ -56,8 +56,13 @@ func (f figure) atMost(want float64, text string) figure {
 }
 
 // ratioAtLeast attaches a target on the ratio to the ceiling.
+// Without a ceiling in the run (-only without it) the target cannot be met.
 func (f figure) ratioAtLeast(want float64) figure {
-	f.target = &target{text: fmt.Sprintf("≥ %.2f × ceiling", want), met: !math.IsNaN(f.ratio) && f.ratio >= want}
+	text := fmt.Sprintf("≥ %.2f × ceiling", want)
+	if math.IsNaN(f.ratio) {
+		text += " (not measured)"
+	}
+	f.target = &target{text: text, met: f.ratio >= want}
 	return f
 }
 

@@ -174,7 +174,7 @@ func (s *Store) commitGroup(group []*emitReq) {
 			return err
 		}
 		superseded, created = p.superseded, p.created
-		overflow, err = s.trimBacklogs(ctx, tx)
+		overflow, err = s.trimBacklogs(ctx, tx, p.pending)
 		return err
 	})
 	for _, r := range group {
@@ -231,6 +231,7 @@ type groupPlan struct {
 	subs       []*Subscriber
 	cap        int64
 	depth      int64                   // deliveries pending or in flight, with those planned
+	pending    map[string]int64        // pending deliveries per subscriber, as the plan leaves them
 	known      map[string]*storedEvent // event ids stored or planned
 	events     []newEvent
 	rows       []newDelivery
@@ -242,11 +243,30 @@ type groupPlan struct {
 	superseded int64
 }
 
-// newGroupPlan reads what planning needs: the queue depth and which of the group's ids exist.
+// newGroupPlan reads what planning needs: the queue depth, the backlogs, and which of the group's
+// ids exist. The counts cannot change under the plan: the transaction holds the write lock.
 func (s *Store) newGroupPlan(ctx context.Context, tx *sql.Tx, group []*emitReq, subs []*Subscriber) (*groupPlan, error) {
 	p := &groupPlan{subs: subs, cap: s.opts.GlobalCap, known: map[string]*storedEvent{}, latest: map[[2]string]int{},
-		firstKey: map[[2]string]resultRef{}, dups: map[int64][]resultRef{}}
-	if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(n), 0) FROM queue_counts WHERE status IN ('pending', 'leased')`).Scan(&p.depth); err != nil {
+		firstKey: map[[2]string]resultRef{}, dups: map[int64][]resultRef{}, pending: map[string]int64{}}
+	counts, err := tx.QueryContext(ctx, `SELECT subscriber_id, status, n FROM queue_counts WHERE status IN ('pending', 'leased')`)
+	if err != nil {
+		return nil, err
+	}
+	for counts.Next() {
+		var sub string
+		var st Status
+		var n int64
+		if err := counts.Scan(&sub, &st, &n); err != nil {
+			counts.Close()
+			return nil, err
+		}
+		p.depth += n
+		if st == StatusPending {
+			p.pending[sub] = n
+		}
+	}
+	counts.Close()
+	if err := counts.Err(); err != nil {
 		return nil, err
 	}
 	var ids []string
@@ -347,6 +367,7 @@ func (p *groupPlan) add(r *emitReq) {
 					if p.rows[j].Status == StatusPending {
 						p.rows[j].Status = StatusSuperseded // an older event of this group
 						res.Superseded++
+						p.pending[sub.ID]--
 					}
 				} else {
 					p.firstKey[k] = resultRef{r, i} // stored pending rows are superseded on its behalf
@@ -355,6 +376,7 @@ func (p *groupPlan) add(r *emitReq) {
 			}
 			p.rows = append(p.rows, newDelivery{Event: ev, Sub: sub.ID, Key: key, Status: StatusPending})
 			res.Deliveries++
+			p.pending[sub.ID]++
 		}
 		p.known[in.ID] = &storedEvent{hash: sum, deliveries: res.Deliveries}
 		p.depth += int64(res.Deliveries)
@@ -467,6 +489,7 @@ func (p *groupPlan) supersedeStored(ctx context.Context, tx *sql.Tx, now int64) 
 		ref := p.firstKey[k]
 		ref.r.results[ref.i].Superseded++
 		p.superseded++
+		p.pending[k[0]]--
 	}
 	return rows.Err()
 }
@@ -513,37 +536,24 @@ func coalesceValue(raw json.RawMessage) string {
 }
 
 // trimBacklogs dead-letters the oldest pending deliveries of every subscriber beyond the backlog
-// cap, and returns how many. "Oldest" is least recently changed (for first attempts, the oldest
-// emitted), which the (subscriber, status, updated_at) index yields without sorting the backlog.
-func (s *Store) trimBacklogs(ctx context.Context, tx *sql.Tx) (int64, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT subscriber_id, n FROM queue_counts WHERE status = 'pending' AND n > ?`, s.opts.BacklogCap)
-	if err != nil {
-		return 0, err
-	}
-	over := map[string]int64{}
-	for rows.Next() {
-		var id string
-		var n int64
-		if err := rows.Scan(&id, &n); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		over[id] = n - s.opts.BacklogCap
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, err
-	}
+// cap, given the pending count of each, and returns how many. "Oldest" is least recently changed
+// (for first attempts, the oldest emitted), which the (subscriber, status, updated_at) index yields
+// without sorting the backlog.
+func (s *Store) trimBacklogs(ctx context.Context, tx *sql.Tx, pending map[string]int64) (int64, error) {
 	var total int64
-	for id, excess := range over {
+	for id, n := range pending {
+		excess := n - s.opts.BacklogCap
+		if excess <= 0 {
+			continue
+		}
 		r, err := tx.ExecContext(ctx, `UPDATE deliveries SET status = 'dead', reason = ?, last_error = 'backlog cap reached', updated_at = ?
 			WHERE seq IN (SELECT seq FROM deliveries WHERE subscriber_id = ? AND status = 'pending' ORDER BY updated_at, seq LIMIT ?)`,
 			ReasonBacklogOverflow, ms(s.Now()), id, excess)
 		if err != nil {
 			return 0, err
 		}
-		n, _ := r.RowsAffected()
-		total += n
+		dead, _ := r.RowsAffected()
+		total += dead
 	}
 	return total, nil
 }

@@ -54,6 +54,7 @@ func BenchmarkEmit(b *testing.B) {
 				secs := time.Since(start).Seconds()
 				b.ReportMetric(float64(n.Load())/secs, "events/s")
 				b.ReportMetric(float64(n.Load()*benchSubscribers)/secs, "deliveries/s")
+				b.ReportMetric(float64(n.Load())/float64(max(1, s.commits.Load())), "events/commit")
 			})
 		}
 	}

@@ -9,9 +9,9 @@ import (
 )
 
 // BenchmarkEmit measures emit throughput with twelve matching subscribers (issue 7's figure: an
-// event and twelve deliveries each): single-event requests from one caller and from many
-// concurrent callers (64 per CPU) sharing group commits, and batches of MaxBatchEvents from one
-// caller, at both synchronous settings. deliveries/s is the issue's "delivery rows/s".
+// event and twelve deliveries each): single-event requests from one caller per CPU and from many
+// (64 per CPU) sharing group commits, and batches of MaxBatchEvents from one caller per CPU, at
+// both synchronous settings. deliveries/s is the issue's "delivery rows/s".
 func BenchmarkEmit(b *testing.B) {
 	const benchSubscribers = 12
 	for _, sync := range []string{SyncNormal, SyncFull} {

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Runs each native Go fuzz target for FUZZTIME and records what it did in
 # build/reliability/fuzz-<Target>-<FUZZTIME>.json: inputs tried (the fuzzer's exec count), new interesting
-# inputs, and whether it found a crash. Usage: reliability/fuzz.sh FUZZTIME pkg:Target...
+# inputs, and whether it found a crash. Usage: reliability/fuzz.sh FUZZTIME pkg:Target[:brief]...
+# FUZZTIME "brief" runs each target for the count or duration after its second colon.
 # Exits non-zero if any target fails; the failing input is in <pkg>/testdata/fuzz/<Target>/.
 set -u
 fuzztime=$1
@@ -11,10 +12,15 @@ mkdir -p "$out"
 status=0
 for spec in "$@"; do
 	pkg=${spec%%:*}
-	target=${spec##*:}
-	log=$out/fuzz-$target-$fuzztime.log
-	echo "go test -run=^\$ -fuzz=^$target\$ -fuzztime=$fuzztime $pkg"
-	if ${GO:-go} test -run='^$' -fuzz="^$target\$" -fuzztime="$fuzztime" -timeout=0 "$pkg" >"$log" 2>&1; then
+	rest=${spec#*:}
+	target=${rest%%:*}
+	brief=${rest#*:}
+	[ "$brief" = "$rest" ] && brief=3s
+	run=$fuzztime
+	[ "$run" = brief ] && run=$brief
+	log=$out/fuzz-$target-$run.log
+	echo "go test -run=^\$ -fuzz=^$target\$ -fuzztime=$run $pkg"
+	if ${GO:-go} test -run='^$' -fuzz="^$target\$" -fuzztime="$run" -timeout=0 "$pkg" >"$log" 2>&1; then
 		crashes=0
 	else
 		crashes=1
@@ -25,7 +31,7 @@ for spec in "$@"; do
 	execs=$(grep -o 'execs: [0-9]*' "$log" | tail -n 1 | grep -o '[0-9]*')
 	interesting=$(grep -o 'new interesting: [0-9]*' "$log" | tail -n 1 | grep -o '[0-9]*')
 	printf '{"target": "%s", "package": "%s", "fuzztime": "%s", "inputs": %s, "new_interesting": %s, "crashes": %s}\n' \
-		"$target" "$pkg" "$fuzztime" "${execs:-0}" "${interesting:-0}" "$crashes" >"$out/fuzz-$target-$fuzztime.json"
-	cat "$out/fuzz-$target-$fuzztime.json"
+		"$target" "$pkg" "$run" "${execs:-0}" "${interesting:-0}" "$crashes" >"$out/fuzz-$target-$run.json"
+	cat "$out/fuzz-$target-$run.json"
 done
 exit $status

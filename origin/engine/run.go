@@ -8,6 +8,11 @@ import (
 	"github.com/edgehook/edgehook/origin/store"
 )
 
+// smallClaimWait bounds how long the loop waits for a good share of the slots to free before it
+// claims for the few that are: long enough for a batch of quick sends to settle, short enough
+// that deliveries behind slots held by a slow subscriber are not noticeably late.
+const smallClaimWait = 20 * time.Millisecond
+
 // run is one execution of the claim → send → settle loop (a daemon's life or one drain).
 //
 // A delivery occupies one of Workers slots from its claim until its outcome is written, so
@@ -53,7 +58,7 @@ func (r *run) loop(ctx context.Context, daemon bool) {
 	}
 	poll := time.NewTimer(0)
 	defer poll.Stop()
-	smallOK := false
+	smallOK, smallArmed := false, false
 	for ctx.Err() == nil {
 		free := cap(r.slots) - len(r.slots)
 		if free == 0 {
@@ -65,9 +70,14 @@ func (r *run) loop(ctx context.Context, daemon bool) {
 		}
 		// A claim is a write transaction: while sends finish quickly, wait until a good share of
 		// the slots is free. But slots held by a slow subscriber must not hold the others back, so
-		// after a poll interval without that, claim for what is free.
+		// after smallClaimWait without that, claim for what is free. The timer is armed once per
+		// wait, not per freed slot, and is not the poll interval: with the poll interval (re-armed
+		// on every completion) new events waited up to 500 ms, or forever under a steady trickle.
 		if free < min(cap(r.slots)/2, r.e.cfg.BatchSize) && !smallOK {
-			poll.Reset(r.e.cfg.PollInterval)
+			if !smallArmed {
+				poll.Reset(min(smallClaimWait, r.e.cfg.PollInterval))
+				smallArmed = true
+			}
 			select {
 			case <-r.freed:
 			case <-poll.C:
@@ -76,7 +86,7 @@ func (r *run) loop(ctx context.Context, daemon bool) {
 			}
 			continue
 		}
-		smallOK = false
+		smallOK, smallArmed = false, false
 		res, err := r.e.st.Claim(ctx, store.ClaimParams{Now: r.e.cfg.Now(), Limit: min(free, r.e.cfg.BatchSize), LeaseDuration: r.e.cfg.LeaseDuration})
 		if err != nil {
 			if ctx.Err() != nil {

@@ -92,12 +92,14 @@ func TestCrashDrain(t *testing.T) {
 	_, edgeURL := rig.Edge(t, rig.ExportKV(t, db, dir), secret.String(), "--instances", "16")
 	flags := engineFlags(edgeURL)
 
-	serve := func() *rig.Origin {
+	// startServe starts serve without waiting for it: a restart must not hold the next kill back
+	// while the cron drains go on delivering, and a kill during start-up is a moment like any other.
+	startServe := func() *rig.Proc {
 		args := append(append([]string{"serve", "--db", db, "--listen", "127.0.0.1:0"}, rig.JSONLogs...), flags...)
-		p := rig.Start(t, rig.Command{Name: "serve", Args: args, Env: env})
-		return &rig.Origin{Proc: p, URL: p.Listening(t, "serving"), DB: db}
+		return rig.Start(t, rig.Command{Name: "serve", Args: args, Env: env})
 	}
-	o := serve()
+	serveProc := startServe()
+	o := &rig.Origin{Proc: serveProc, URL: serveProc.Listening(t, "serving"), DB: db}
 	// Emit every event in batches of 500; all are accepted before the first kill.
 	wantDead := 0
 	for start := 0; start < events; start += 500 {
@@ -158,9 +160,10 @@ func TestCrashDrain(t *testing.T) {
 	began := time.Now()
 	// Kills are paced by progress, not by the clock, so every one lands mid-drain however fast or
 	// loaded the machine is: the k-th comes at a random point of the k-th of `kills` equal slices
-	// of 5-85 % of the deliveries finished (delivered or dead).
+	// of 5-65 % of the deliveries finished (delivered or dead). The last third is margin: reading
+	// the statuses is slow under -race on a loaded machine, so each kill lands a little late.
 	for k := 0; k < kills; k++ {
-		slice := 0.80 / float64(kills)
+		slice := 0.60 / float64(kills)
 		at := int64((0.05 + slice*(float64(k)+rand.Float64())) * float64(total))
 		rig.Eventually(t, 3*time.Minute, fmt.Sprintf("%d deliveries finished before kill %d", at, k+1), func() bool {
 			st := inspect.Statuses(t)
@@ -174,7 +177,7 @@ func TestCrashDrain(t *testing.T) {
 			victim = "drain"
 		}
 		if victim == "serve" {
-			o.Kill()
+			serveProc.Kill()
 		} else {
 			cronMu.Lock()
 			cron.Kill()
@@ -184,9 +187,10 @@ func TestCrashDrain(t *testing.T) {
 		inFlight += st["leased"]
 		record = append(record, killRecord{Victim: victim, AtMS: time.Since(began).Milliseconds(), InFlight: st["leased"], Done: st["delivered"] + st["dead"]})
 		if victim == "serve" {
-			o = serve()
+			serveProc = startServe()
 		}
 	}
+	serveProc.Listening(t, "serving") // the last restart came up
 	rig.Eventually(t, 3*time.Minute, "every delivery delivered or dead", settled)
 	close(stopCron)
 	cronMu.Lock()
@@ -240,7 +244,7 @@ func TestCrashDrain(t *testing.T) {
 	b, _ := json.Marshal(figures)
 	t.Logf("%s", b)
 	rig.Record(t, "crash-drain", figures)
-	o.Kill()
+	serveProc.Kill()
 }
 
 // TestCrashEmitBurst SIGKILLs serve in the middle of a burst of emits (single events and batches

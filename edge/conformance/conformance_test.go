@@ -62,11 +62,8 @@ func runNative(t *testing.T, suite *conformance.Suite, sc *conformance.Scenario,
 	clk := conformance.StillClock{At: conformance.RunnerEpoch}
 	subs, dedup := memkv.New(clk), memkv.New(clk)
 	ctx := context.Background()
-	for id, seed := range sc.Subscribers {
-		_ = subs.Put(ctx, "sub:"+id, conformance.SubscriberValue(seed, sub.URL(), down), 0)
-	}
-	for _, kv := range sc.Dedup {
-		_ = dedup.Put(ctx, kv.Key, kv.ValueAt(clk.Now()), 0)
+	if err := sc.Seed(ctx, subs, dedup, sub.URL(), down, clk.Now()); err != nil {
+		t.Fatal(err)
 	}
 	r, err := relay.New(cfg, relay.Deps{Subscribers: subs, Dedup: dedup, Upstream: upstream, Clock: clk, ConcurrentKV: concurrentKV})
 	if err != nil {

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgehook/edgehook/edge/relay"
 	"github.com/edgehook/edgehook/shared/signature"
 	"github.com/edgehook/edgehook/shared/wire"
 )
@@ -272,4 +274,20 @@ func checkKV(e *KVExpect, o *Observed) []string {
 		}
 	}
 	return errs
+}
+
+// Seed writes a scenario's starting KV: its subscriber records, with the URL placeholders replaced,
+// and its dedup and coalescing marks as of now. Both Go runners start every scenario with it.
+func (sc *Scenario) Seed(ctx context.Context, subs, dedup relay.KV, subscriberURL, unreachableURL string, now time.Time) error {
+	for id, seed := range sc.Subscribers {
+		if err := subs.Put(ctx, wire.SubscriberKey(id), SubscriberValue(seed, subscriberURL, unreachableURL), 0); err != nil {
+			return fmt.Errorf("seed subscriber %s: %w", id, err)
+		}
+	}
+	for _, kv := range sc.Dedup {
+		if err := dedup.Put(ctx, kv.Key, kv.ValueAt(now), 0); err != nil {
+			return fmt.Errorf("seed %s: %w", kv.Key, err)
+		}
+	}
+	return nil
 }

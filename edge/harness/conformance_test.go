@@ -57,11 +57,8 @@ func TestConformanceWASI(t *testing.T) {
 			ctx := context.Background()
 			clk := conformance.StillClock{At: conformance.RunnerEpoch}
 			subs, dedup := memkv.New(clk), memkv.New(clk)
-			for id, seed := range sc.Subscribers {
-				_ = subs.Put(ctx, "sub:"+id, conformance.SubscriberValue(seed, sub.URL(), down), 0)
-			}
-			for _, kv := range sc.Dedup {
-				_ = dedup.Put(ctx, kv.Key, kv.ValueAt(clk.Now()), 0)
+			if err := sc.Seed(ctx, subs, dedup, sub.URL(), down, clk.Now()); err != nil {
+				t.Fatal(err)
 			}
 			host, err := harness.NewHost(ctx, harness.HostConfig{
 				WASM: wasm, CacheDir: cacheDir, Pool: 1, CallTimeout: 30 * time.Second, Relay: cfg,

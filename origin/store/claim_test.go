@@ -299,8 +299,8 @@ func TestRetryReplayListAndPrune(t *testing.T) {
 }
 
 // TestDueQueriesUseIndexes pins the query plans that must stay cheap with a million rows pending:
-// claiming, coalescing, the rescue of expired leases and pruning search the partial indexes instead
-// of scanning deliveries.
+// claiming, coalescing, the rescue of expired leases, pruning, backlog trimming (and disabling) and
+// replay search the partial indexes instead of scanning deliveries.
 func TestDueQueriesUseIndexes(t *testing.T) {
 	t.Parallel()
 	s, _ := open(t, Options{})
@@ -314,6 +314,9 @@ func TestDueQueriesUseIndexes(t *testing.T) {
 		{supersedeSQL, []any{1, `[["a","k"]]`}, "deliveries_coalesce"},
 		{`SELECT 1 FROM deliveries WHERE ` + expiredSQL, []any{1}, "deliveries_status_settled"},
 		{prunableSQL, []any{1}, "deliveries_status_settled"},
+		{pendingOfSQL, []any{1, 1, "a", 10}, "deliveries_due_first"},
+		{pendingOfSQL, []any{1, 1, "a", 10}, "deliveries_due_retry"},
+		{`SELECT 1 FROM deliveries WHERE ` + diedBetweenSQL, []any{1, "a", 1, 2}, "deliveries_sub_settled"},
 	} {
 		rows, err := s.r.Query(`EXPLAIN QUERY PLAN `+tc.query, tc.args...)
 		if err != nil {

@@ -64,6 +64,9 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (DeliveryP
 			return DeliveryPage{}, fieldErrf("status", "%q is not a delivery status", f.Status)
 		}
 		add("d.status = ?", string(f.Status))
+		if f.Status != StatusPending {
+			where = append(where, "d.status <> 'pending'") // lets the planner use the settled indexes
+		}
 	}
 	if f.SubscriberID != "" {
 		add("d.subscriber_id = ?", f.SubscriberID)
@@ -211,8 +214,7 @@ func (s *Store) ReplayDead(ctx context.Context, subscriberID string, from, to, n
 		if exists == 0 {
 			return fmt.Errorf("subscriber %q: %w", subscriberID, ErrNotFound)
 		}
-		r, err := tx.ExecContext(ctx, `UPDATE deliveries SET `+requeue+`
-			WHERE subscriber_id = ?2 AND status = 'dead' AND updated_at >= ?3 AND updated_at < ?4`, ms(now), subscriberID, ms(from), hi)
+		r, err := tx.ExecContext(ctx, `UPDATE deliveries SET `+requeue+` WHERE `+diedBetweenSQL, ms(now), subscriberID, ms(from), hi)
 		if err != nil {
 			return err
 		}
@@ -222,6 +224,10 @@ func (s *Store) ReplayDead(ctx context.Context, subscriberID string, from, to, n
 	return n, err
 }
 
+// diedBetweenSQL selects the dead deliveries of subscriber ?2 last changed in [?3, ?4), through
+// deliveries_sub_settled (whose condition it repeats for the planner).
+const diedBetweenSQL = `subscriber_id = ?2 AND status = 'dead' AND status <> 'pending' AND updated_at >= ?3 AND updated_at < ?4`
+
 // Stats returns the queue by subscriber (ordered by id) at now.
 func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
 	var st Stats
@@ -229,7 +235,7 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT s.id, s.state, coalesce(l.paused_until, 0), coalesce(l.circuit, 'closed'), coalesce(l.circuit_until, 0),
 			coalesce((SELECT min(next_attempt_at) FROM deliveries INDEXED BY deliveries_due_first WHERE subscriber_id = s.id AND status = 'pending' AND attempts = 0), 0),
 			coalesce((SELECT min(next_attempt_at) FROM deliveries INDEXED BY deliveries_due_retry WHERE subscriber_id = s.id AND status = 'pending' AND attempts > 0), 0),
-			(SELECT count(*) FROM deliveries WHERE subscriber_id = s.id AND status = 'delivered' AND updated_at >= ?)
+			(SELECT count(*) FROM deliveries WHERE subscriber_id = s.id AND status = 'delivered' AND status <> 'pending' AND updated_at >= ?)
 		FROM subscribers s LEFT JOIN limiter l ON l.subscriber_id = s.id ORDER BY s.id`, nowMS-time.Minute.Milliseconds())
 	if err != nil {
 		return Stats{}, err

@@ -434,6 +434,39 @@ func (p *groupPlan) write(ctx context.Context, tx *sql.Tx, now int64) error {
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO deliveries(event_seq, subscriber_id, status, coalesce_key, next_attempt_at, age_from, created_at, updated_at)
 		SELECT value->>'e', value->>'s', value->>'st', value->>'k', ?1, ?1, ?1, ?1 FROM json_each(?2)`, now, string(data))
+	if err != nil {
+		return err
+	}
+	return p.countRows(ctx, tx)
+}
+
+// countRows adds the inserted deliveries to queue_counts, one row per (subscriber, status), in one
+// statement (no trigger counts inserts: see migration 0003).
+func (p *groupPlan) countRows(ctx context.Context, tx *sql.Tx) error {
+	type count struct {
+		Sub    string `json:"s"`
+		Status Status `json:"st"`
+		N      int64  `json:"n"`
+	}
+	index := map[[2]string]int{}
+	var list []count
+	for _, r := range p.rows {
+		k := [2]string{r.Sub, string(r.Status)}
+		i, ok := index[k]
+		if !ok {
+			i, index[k] = len(list), len(list)
+			list = append(list, count{Sub: r.Sub, Status: r.Status})
+		}
+		list[i].N++
+	}
+	data, err := json.Marshal(list)
+	if err != nil {
+		return err
+	}
+	// WHERE true: an upsert's SELECT needs a WHERE clause, or ON CONFLICT parses as a join constraint.
+	_, err = tx.ExecContext(ctx, `INSERT INTO queue_counts(subscriber_id, status, n)
+		SELECT value->>'s', value->>'st', value->>'n' FROM json_each(?) WHERE true
+		ON CONFLICT(subscriber_id, status) DO UPDATE SET n = n + excluded.n`, string(data))
 	return err
 }
 
@@ -502,6 +535,15 @@ const supersedeSQL = `UPDATE deliveries INDEXED BY deliveries_coalesce SET statu
 	WHERE deliveries.subscriber_id = j.sub AND deliveries.coalesce_key = j.key AND deliveries.status = 'pending' AND deliveries.coalesce_key <> ''
 	RETURNING deliveries.subscriber_id, deliveries.coalesce_key`
 
+// pendingOfSQL selects up to ?4 (-1: all) pending deliveries of subscriber ?3, first attempts
+// before retries, each earliest due first, through the due indexes (pending deliveries are in no
+// other index by subscriber).
+const pendingOfSQL = `SELECT seq FROM (SELECT seq FROM deliveries INDEXED BY deliveries_due_first
+		WHERE subscriber_id = ?3 AND status = 'pending' AND attempts = 0 ORDER BY next_attempt_at LIMIT ?4)
+	UNION ALL SELECT seq FROM (SELECT seq FROM deliveries INDEXED BY deliveries_due_retry
+		WHERE subscriber_id = ?3 AND status = 'pending' AND attempts > 0 ORDER BY next_attempt_at LIMIT ?4)
+	LIMIT ?4`
+
 // bodyHash identifies an event's content for idempotent re-emits.
 func bodyHash(eventType string, body []byte) []byte {
 	h := sha256.New()
@@ -536,9 +578,9 @@ func coalesceValue(raw json.RawMessage) string {
 }
 
 // trimBacklogs dead-letters the oldest pending deliveries of every subscriber beyond the backlog
-// cap, given the pending count of each, and returns how many. "Oldest" is least recently changed
-// (for first attempts, the oldest emitted), which the (subscriber, status, updated_at) index yields
-// without sorting the backlog.
+// cap, given the pending count of each, and returns how many. "Oldest" is first attempts before
+// retries, each earliest due first (for first attempts, the oldest emitted): the order of the due
+// indexes, so the backlog is not sorted.
 func (s *Store) trimBacklogs(ctx context.Context, tx *sql.Tx, pending map[string]int64) (int64, error) {
 	var total int64
 	for id, n := range pending {
@@ -546,9 +588,8 @@ func (s *Store) trimBacklogs(ctx context.Context, tx *sql.Tx, pending map[string
 		if excess <= 0 {
 			continue
 		}
-		r, err := tx.ExecContext(ctx, `UPDATE deliveries SET status = 'dead', reason = ?, last_error = 'backlog cap reached', updated_at = ?
-			WHERE seq IN (SELECT seq FROM deliveries WHERE subscriber_id = ? AND status = 'pending' ORDER BY updated_at, seq LIMIT ?)`,
-			ReasonBacklogOverflow, ms(s.Now()), id, excess)
+		r, err := tx.ExecContext(ctx, `UPDATE deliveries SET status = 'dead', reason = ?1, last_error = 'backlog cap reached', updated_at = ?2
+			WHERE seq IN (`+pendingOfSQL+`)`, ReasonBacklogOverflow, ms(s.Now()), id, excess)
 		if err != nil {
 			return 0, err
 		}

@@ -140,6 +140,12 @@ type Store struct {
 // Open opens (creating if needed) the database at opts.Path, applies pending migrations and starts
 // the group committer. Close releases it.
 func Open(ctx context.Context, opts Options) (*Store, error) {
+	return openVersion(ctx, opts, 0)
+}
+
+// openVersion is Open migrating to the given schema version (0: the latest); tests build older
+// databases with it.
+func openVersion(ctx context.Context, opts Options, version int) (*Store, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
 	}
@@ -163,7 +169,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	w.SetConnMaxIdleTime(0)
 	s := &Store{opts: opts, w: w, emits: make(chan *emitReq, MaxBatchEvents), wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{})}
-	if err := s.Migrate(ctx); err != nil {
+	if err := s.migrate(ctx, version); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("open %s: %w", opts.Path, err)
 	}
@@ -207,18 +213,25 @@ var migrationFS embed.FS
 // Migrate applies the embedded migrations that the database has not seen, each in its own
 // transaction, recording the version in PRAGMA user_version. Open calls it; it is exported for
 // `edgehook migrate`. It returns an error if the database is newer than this binary.
-func (s *Store) Migrate(ctx context.Context) error {
+func (s *Store) Migrate(ctx context.Context) error { return s.migrate(ctx, 0) }
+
+// migrate applies the migrations up to version (0: all).
+func (s *Store) migrate(ctx context.Context, version int) error {
 	names, err := fs.Glob(migrationFS, "migrations/*.sql")
 	if err != nil {
 		return err
 	}
 	sort.Strings(names)
+	latest := len(names)
+	if version > 0 {
+		names = names[:version]
+	}
 	var current int
 	if err := s.w.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&current); err != nil {
 		return fmt.Errorf("migrate: read version: %w", err)
 	}
-	if current > len(names) {
-		return fmt.Errorf("migrate: database schema version %d is newer than this binary's %d", current, len(names))
+	if current > latest {
+		return fmt.Errorf("migrate: database schema version %d is newer than this binary's %d", current, latest)
 	}
 	for i := current; i < len(names); i++ {
 		body, err := migrationFS.ReadFile(names[i])

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -39,7 +40,37 @@ func open(t testing.TB, opts Options) (*Store, *clock) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { checkCounts(t, s) }) // runs first
 	return s, clk
+}
+
+// checkCounts fails the test if queue_counts, maintained by emit and by triggers, differs from a
+// count of the deliveries. A test that closed its store itself is not checked.
+func checkCounts(t testing.TB, s *Store) {
+	t.Helper()
+	rows, err := s.r.Query(`SELECT coalesce(q.subscriber_id, d.subscriber_id), coalesce(q.status, d.status), coalesce(q.n, 0), coalesce(d.n, 0)
+		FROM queue_counts q FULL JOIN (SELECT subscriber_id, status, count(*) AS n FROM deliveries GROUP BY 1, 2) d
+		ON d.subscriber_id = q.subscriber_id AND d.status = q.status`)
+	if errors.Is(err, sql.ErrConnDone) || err != nil && strings.Contains(err.Error(), "database is closed") {
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var sub, status string
+		var counted, real int64
+		if err := rows.Scan(&sub, &status, &counted, &real); err != nil {
+			t.Fatal(err)
+		}
+		if counted != real {
+			t.Errorf("queue_counts says %d %s deliveries of %s, the table holds %d", counted, status, sub, real)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func mustSub(t testing.TB, s *Store, in SubscriberInput) *Subscriber {
@@ -601,4 +632,71 @@ func TestQueueFull(t *testing.T) {
 	if res := mustEmit(t, s, "q1", "t", `{}`); !res.Duplicate {
 		t.Fatalf("re-emit when full: %+v", res)
 	}
+}
+
+// TestMigrateFromVersion2KeepsTheQueue upgrades a version 2 database holding deliveries in every
+// status (counted by version 2's insert trigger) and checks that the counts, claiming, emitting,
+// disabling and trimming go on from there.
+func TestMigrateFromVersion2KeepsTheQueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "v2.db")
+	clk := newClock()
+	old, err := openVersion(ctx, Options{Path: path, Now: clk.Now}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSub(t, old, SubscriberInput{ID: "a"})
+	mustSub(t, old, SubscriberInput{ID: "b"})
+	now := ms(clk.Now())
+	for i, st := range []Status{StatusPending, StatusPending, StatusPending, StatusLeased, StatusDelivered, StatusDead, StatusHeld} {
+		if _, err := old.w.Exec(`INSERT INTO events(seq, id, type, body, body_hash, created_at) VALUES (?1, 'old-' || ?1, 't', '{}', x'00', ?2)`, i+1, now); err != nil {
+			t.Fatal(err)
+		}
+		attempts := i % 2 // pending ones both first attempts and retries
+		if _, err := old.w.Exec(`INSERT INTO deliveries(event_seq, subscriber_id, status, attempts, next_attempt_at, age_from, created_at, updated_at, lease_expires_at)
+			VALUES (?1, 'a', ?2, ?3, ?4, ?4, ?4, ?4, ?4 + 60000)`, i+1, st, attempts, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var v int
+	if err := old.w.QueryRow(`PRAGMA user_version`).Scan(&v); err != nil || v != 2 {
+		t.Fatalf("old database at version %d (%v), want 2", v, err)
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s, _ := open(t, Options{Path: path, Now: clk.Now, BacklogCap: 4})
+	if c := counts(t, s, "a"); c[StatusPending] != 3 || c[StatusLeased] != 1 || c[StatusDelivered] != 1 || c[StatusDead] != 1 || c[StatusHeld] != 1 {
+		t.Fatalf("counts after the upgrade: %v", c)
+	}
+	mustEmit(t, s, "new-1", "t", `{}`)
+	mustEmit(t, s, "new-2", "t", `{}`)
+	if c := counts(t, s, "a"); c[StatusPending] != 4 || c[StatusDead] != 2 {
+		t.Fatalf("counts after two emits over a backlog cap of 4: %v, want 4 pending and 2 dead", c)
+	}
+	res := claim(t, s, clk.Now(), 100)
+	if got := bySub(res); got["a"] != 4 || got["b"] != 2 {
+		t.Fatalf("claimed %v, want 4 of a and 2 of b", got)
+	}
+	mustEmit(t, s, "new-3", "t", `{}`)
+	for _, c := range res.Deliveries {
+		if c.Subscriber.ID == "a" {
+			gone := done(c, ResultDead)
+			gone.Reason, gone.Disable = "gone", "410 Gone"
+			settle(t, s, clk.Now(), gone)
+			break
+		}
+	}
+	if c := counts(t, s, "a"); c[StatusPending] != 0 || c[StatusHeld] != 2 || c[StatusDead] != 3 {
+		t.Fatalf("counts after disabling: %v, want the new pending delivery held with the old held one", c)
+	}
+	if _, err := s.ResumeSubscriber(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if c := counts(t, s, "a"); c[StatusPending] != 2 || c[StatusHeld] != 0 {
+		t.Fatalf("counts after resuming: %v, want both held deliveries pending", c)
+	}
+	// checkCounts compares every count with the table when the test ends.
 }

@@ -388,11 +388,11 @@ func setStateTx(ctx context.Context, tx *sql.Tx, id string, state State, reason 
 	}
 	switch state {
 	case StateDisabled:
-		_, err = tx.ExecContext(ctx, `UPDATE deliveries SET status = 'held', reason = ?, updated_at = ?
-			WHERE subscriber_id = ? AND status = 'pending'`, reason, now, id)
+		_, err = tx.ExecContext(ctx, `UPDATE deliveries SET status = 'held', reason = ?1, updated_at = ?2
+			WHERE seq IN (`+pendingOfSQL+`)`, reason, now, id, -1)
 	case StateActive:
 		if _, err = tx.ExecContext(ctx, `UPDATE deliveries SET status = 'pending', reason = '', next_attempt_at = ?, updated_at = ?
-			WHERE subscriber_id = ? AND status = 'held'`, now, now, id); err != nil {
+			WHERE subscriber_id = ? AND status = 'held' AND status <> 'pending'`, now, now, id); err != nil {
 			return err
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE limiter SET paused_until = 0, consecutive_failures = 0, circuit = 'closed',

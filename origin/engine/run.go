@@ -13,6 +13,9 @@ import (
 // that deliveries behind slots held by a slow subscriber are not noticeably late.
 const smallClaimWait = 20 * time.Millisecond
 
+// settleGather bounds how long the completer waits for more outcomes before it writes a batch.
+const settleGather = 2 * time.Millisecond
+
 // run is one execution of the claim → send → settle loop (a daemon's life or one drain).
 //
 // A delivery occupies one of Workers slots from its claim until its outcome is written, so
@@ -30,6 +33,11 @@ type run struct {
 	freed    chan struct{} // signalled when the completer frees slots
 	sends    sync.WaitGroup
 	complete chan struct{} // closed when the completer has written everything
+	// writer is held while a claim or a settle batch is formed and written. The store has one
+	// writer connection, so the loop and the completer take turns on it anyway; deciding what to
+	// write only once the turn has come lets each take everything that piled up during the
+	// other's transaction (without it, most settles wrote one outcome each).
+	writer sync.Mutex
 
 	mu  sync.Mutex
 	res DrainResult
@@ -87,18 +95,21 @@ func (r *run) loop(ctx context.Context, daemon bool) {
 			continue
 		}
 		smallOK, smallArmed = false, false
+		r.writer.Lock()
+		free = cap(r.slots) - len(r.slots) // settles may have freed more meanwhile
 		res, err := r.e.st.Claim(ctx, store.ClaimParams{Now: r.e.cfg.Now(), Limit: min(free, r.e.cfg.BatchSize), LeaseDuration: r.e.cfg.LeaseDuration})
+		for _, c := range res.Deliveries {
+			r.slots <- struct{}{}
+			r.sends.Add(1)
+			go r.send(c)
+		}
+		r.writer.Unlock()
 		if err != nil {
 			if ctx.Err() != nil {
 				break
 			}
 			r.e.log.Error("claim failed", "err", err)
 			r.e.m.claimErrors.Inc()
-		}
-		for _, c := range res.Deliveries {
-			r.slots <- struct{}{}
-			r.sends.Add(1)
-			go r.send(c)
 		}
 		r.count(func(d *DrainResult) { d.Claimed += len(res.Deliveries) })
 		if len(res.Deliveries) > 0 && len(res.Deliveries) == min(free, r.e.cfg.BatchSize) {
@@ -156,25 +167,21 @@ func (r *run) send(c store.Claimed) {
 	r.outcomes <- r.e.deliver(r.sendCtx, c)
 }
 
-// completer writes outcomes in batches: it takes whatever has queued up (up to SettleBatch) in one
-// transaction, so under load a batch grows and each commit settles many deliveries.
+// completer writes outcomes in batches. A settle costs a transaction whatever its size, so it
+// first waits up to settleGather for the outcomes of sends still in flight (a claimed batch sent
+// over loopback answers within a few milliseconds, but not all at once), then, once its turn on
+// the writer has come, also takes whatever queued up meanwhile.
 func (r *run) completer() {
 	defer close(r.complete)
+	gather := time.NewTimer(0)
+	defer gather.Stop()
 	for first := range r.outcomes {
-		batch := []store.Settlement{first}
-	gather:
-		for len(batch) < r.e.cfg.SettleBatch {
-			select {
-			case it, ok := <-r.outcomes:
-				if !ok {
-					break gather
-				}
-				batch = append(batch, it)
-			default:
-				break gather
-			}
-		}
+		gather.Reset(settleGather)
+		batch := r.take([]store.Settlement{first}, gather.C)
+		r.writer.Lock()
+		batch = r.take(batch, nil)
 		r.settle(batch)
+		r.writer.Unlock()
 		for range batch {
 			<-r.slots
 		}
@@ -183,6 +190,37 @@ func (r *run) completer() {
 		default:
 		}
 	}
+}
+
+// take adds queued outcomes to batch, up to SettleBatch. Until wait fires it also waits for those
+// of sends still in flight (every slot held but not in batch is one).
+func (r *run) take(batch []store.Settlement, wait <-chan time.Time) []store.Settlement {
+	for len(batch) < r.e.cfg.SettleBatch {
+		if len(r.slots) <= len(batch) {
+			wait = nil
+		}
+		var it store.Settlement
+		ok := true
+		if wait != nil {
+			select {
+			case it, ok = <-r.outcomes:
+			case <-wait:
+				wait = nil
+				continue
+			}
+		} else {
+			select {
+			case it, ok = <-r.outcomes:
+			default:
+				return batch
+			}
+		}
+		if !ok {
+			return batch
+		}
+		batch = append(batch, it)
+	}
+	return batch
 }
 
 // settle writes a batch, retrying briefly: a lost batch is not lost work (the leases expire and

@@ -197,7 +197,7 @@ func spendTokens(ctx context.Context, tx *sql.Tx, spent []spend, now, leaseUntil
 	_, err = tx.ExecContext(ctx, `UPDATE limiter SET tokens = j.tokens, refilled_at = max(limiter.refilled_at, ?1), last_claim_at = ?1,
 			circuit = CASE WHEN j.probe THEN 'probing' ELSE limiter.circuit END,
 			circuit_until = CASE WHEN j.probe THEN ?2 ELSE limiter.circuit_until END
-		FROM (SELECT value->>'id' AS id, value->>'tokens' AS tokens, value->>'probe' AS probe FROM json_each(?3)) AS j
+		FROM (SELECT value->>'id' AS id, value->>'tokens' AS tokens, value->>'probe' AS probe FROM jsonb_each(?3)) AS j
 		WHERE limiter.subscriber_id = j.id`, now, leaseUntil, string(data))
 	return err
 }

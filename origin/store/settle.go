@@ -67,7 +67,7 @@ type Settlement struct {
 // lease token, so a worker whose lease expired and was re-claimed cannot overwrite the new owner;
 // such settlements are skipped and counted in stale.
 //
-// The whole batch is one UPDATE … FROM json_each(…) and one INSERT of attempts, then one update
+// The whole batch is one UPDATE … FROM jsonb_each(…) and one INSERT of attempts, then one update
 // per subscriber touched: the SQLite driver compiles every statement each time it runs, so the
 // number of statements, not of rows, is what a batch costs.
 func (s *Store) Settle(ctx context.Context, now time.Time, policy CircuitPolicy, items []Settlement) (stale int, err error) {
@@ -167,7 +167,7 @@ func settleDeliveries(ctx context.Context, tx *sql.Tx, batch []byte, now int64) 
 			lease_token = '', lease_expires_at = 0, updated_at = ?1
 		FROM (SELECT CAST(value->>'seq' AS INTEGER) AS seq, value->>'token' AS token, value->>'status' AS status, value->>'inc' AS inc,
 				value->>'next' AS next, value->>'reason' AS reason, value->>'keep_last' AS keep_last, value->>'code' AS code,
-				value->>'error' AS error FROM json_each(?2)) AS j
+				value->>'error' AS error FROM jsonb_each(?2)) AS j
 		WHERE deliveries.seq = j.seq AND deliveries.lease_token = j.token AND +deliveries.status = 'leased'
 		RETURNING seq, attempts`, now, string(batch))
 	if err != nil {
@@ -218,7 +218,7 @@ func logAttempts(ctx context.Context, tx *sql.Tx, items []Settlement, done map[i
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO attempts(delivery_seq, number, at, status, latency_ms, outcome, error, excerpt)
 		SELECT value->>'seq', value->>'number', value->>'at', value->>'status', value->>'latency', value->>'outcome',
-			value->>'error', value->>'excerpt' FROM json_each(?)`, string(data))
+			value->>'error', value->>'excerpt' FROM jsonb_each(?)`, string(data))
 	return err
 }
 
@@ -283,7 +283,7 @@ func settleSubscribers(ctx context.Context, tx *sql.Tx, order []string, bySub ma
 	_, err = tx.ExecContext(ctx, `UPDATE limiter SET consecutive_failures = j.failures, circuit = j.circuit, circuit_until = j.until,
 			circuit_opens = j.opens, paused_until = j.paused
 		FROM (SELECT value->>'id' AS id, value->>'failures' AS failures, value->>'circuit' AS circuit, value->>'until' AS until,
-			value->>'opens' AS opens, value->>'paused' AS paused FROM json_each(?)) AS j
+			value->>'opens' AS opens, value->>'paused' AS paused FROM jsonb_each(?)) AS j
 		WHERE limiter.subscriber_id = j.id`, string(data))
 	return err
 }

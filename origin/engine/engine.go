@@ -26,6 +26,7 @@ type Engine struct {
 	log  *slog.Logger
 	m    *metrics
 	http *senders
+	pace *pacer
 
 	mu      sync.Mutex
 	stop    context.CancelFunc // stops the daemon's claiming; nil when not running
@@ -46,7 +47,7 @@ func New(st *store.Store, cfg Config, logger *slog.Logger, reg prometheus.Regist
 	if err != nil {
 		return nil, err
 	}
-	return &Engine{st: st, cfg: cfg, log: logger, m: m, http: newSenders(&cfg)}, nil
+	return &Engine{st: st, cfg: cfg, log: logger, m: m, http: newSenders(&cfg), pace: newPacer()}, nil
 }
 
 // Start runs the engine in the background until Stop is called or ctx is cancelled (which stops

@@ -137,8 +137,18 @@ type response struct {
 
 // deliver sends one claimed delivery and decides its settlement.
 func (e *Engine) deliver(ctx context.Context, c store.Claimed) store.Settlement {
-	now := e.cfg.Now()
 	sub := c.Subscriber
+	release := store.Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: sub.ID, Result: store.ResultRelease}
+	if d := e.pace.reserve(sub, e.cfg.Now()); d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return release // stopped before it was sent
+		}
+	}
+	now := e.cfg.Now()
 	req, err := e.request(c, now)
 	var resp response
 	if err != nil {
@@ -150,8 +160,7 @@ func (e *Engine) deliver(ctx context.Context, c store.Claimed) store.Settlement 
 		cancel()
 	}
 	if ctx.Err() != nil && resp.err != nil {
-		// Cut by a stop: not the subscriber's fault, and not sent as far as we know.
-		return store.Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: sub.ID, Result: store.ResultRelease}
+		return release // cut by a stop: not the subscriber's fault, and not sent as far as we know
 	}
 	e.m.latency.WithLabelValues(string(sub.Mode)).Observe(resp.latency.Seconds())
 	// Retry-After and backoff count from the answer, not from the send: a subscriber that takes

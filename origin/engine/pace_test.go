@@ -1,0 +1,36 @@
+package engine
+
+import (
+	"testing"
+	"time"
+
+	"github.com/edgehook/edgehook/origin/store"
+)
+
+func TestPacerHoldsBackSendsTheBucketHasNoTokenFor(t *testing.T) {
+	p := newPacer()
+	sub := &store.Subscriber{ID: "s", RatePerSec: 50, Burst: 2} // a token every 20 ms
+	t0 := time.Unix(1_000_000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	for i, c := range []struct {
+		at   int
+		want time.Duration
+	}{
+		{0, 0}, {0, 0}, // the burst
+		{20, 0},                     // a token refilled: claimed and sent on time
+		{35, 5 * time.Millisecond},  // sent 5 ms early against the bucket (the one before it was late): waits
+		{60, 0},                     // the reservation above counted from 40 ms
+		{61, 19 * time.Millisecond}, // back to back: one token time apart
+	} {
+		if got := p.reserve(sub, at(c.at)); got != c.want {
+			t.Fatalf("send %d at %d ms: wait %s, want %s", i, c.at, got, c.want)
+		}
+	}
+	other := &store.Subscriber{ID: "o", RatePerSec: 0.5, Burst: 1} // its next token is 2 s away
+	if got := p.reserve(other, at(61)); got != 0 {
+		t.Fatalf("another subscriber's bucket is its own: wait %s", got)
+	}
+	if got := p.reserve(other, at(61)); got != maxPace {
+		t.Fatalf("a wait is bounded by maxPace: got %s", got)
+	}
+}

@@ -137,6 +137,7 @@ func (b *bench) runSteady(ctx context.Context, name string, spec subscriberSpec,
 	}
 	arrivals := b.sink.take()
 	lat := make([]time.Duration, 0, len(arrivals))
+	items := make([]timed, 0, len(arrivals))
 	seen := make(map[arrival]bool, len(arrivals))
 	for _, a := range arrivals {
 		i, err := strconv.Atoi(strings.TrimPrefix(a.id, prefix))
@@ -149,6 +150,11 @@ func (b *bench) runSteady(ctx context.Context, name string, spec subscriberSpec,
 		}
 		seen[key] = true
 		lat = append(lat, a.at.Sub(r.starts[i]))
+		items = append(items, timed{sub: a.sub, event: a.id, start: r.starts[i], answered: r.answers[i], arrived: a.at, latency: lat[len(lat)-1]})
+	}
+	stages, err := stageNote(ctx, db, items)
+	if err != nil {
+		return steadyResult{}, err
 	}
 	arrived := len(lat)
 	for range want - arrived {
@@ -156,7 +162,7 @@ func (b *bench) runSteady(ctx context.Context, name string, spec subscriberSpec,
 	}
 	return steadyResult{latencies: lat, arrived: arrived, rate: float64(r.Requests) / r.Elapsed.Seconds(),
 		note: fmt.Sprintf("%d events emitted in %s; %d of %d deliveries arrived within %s of the last emit (or before 15 s "+
-			"without any). %s", r.Requests, r.Elapsed.Round(time.Millisecond), arrived, want, b.cfg.deliverWait, note)}, nil
+			"without any). %s %s", r.Requests, r.Elapsed.Round(time.Millisecond), arrived, want, b.cfg.deliverWait, note, stages)}, nil
 }
 
 // notArrived stands for the latency of a delivery that did not arrive: longer than any other, so

@@ -142,14 +142,15 @@ type paced struct {
 
 // pacedResult is what a paced load did.
 type pacedResult struct {
-	starts []time.Time // by request index; zero if the request failed
+	starts  []time.Time // by request index; zero if the request failed
+	answers []time.Time // when each answer came back, by request index
 	loadResult
 }
 
 // run sends the paced requests and waits for the last answer.
 func (p paced) run(ctx context.Context) pacedResult {
 	n := int(p.rate * p.d.Seconds())
-	res := pacedResult{starts: make([]time.Time, n)}
+	res := pacedResult{starts: make([]time.Time, n), answers: make([]time.Time, n)}
 	jobs := make(chan int)
 	var failed atomic.Int64
 	var firstErr sync.Once
@@ -166,7 +167,7 @@ func (p paced) run(ctx context.Context) pacedResult {
 					firstErr.Do(func() { res.FirstErr = err.Error() })
 					continue
 				}
-				res.starts[i] = start // each index is written by one goroutine, read after Wait
+				res.starts[i], res.answers[i] = start, time.Now() // each index is written by one goroutine, read after Wait
 			}
 		}()
 	}

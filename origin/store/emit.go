@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/edgehook/edgehook/shared/wire"
@@ -172,7 +173,7 @@ func (s *Store) commitGroup(group []*emitReq) {
 				p.add(r)
 			}
 		}
-		if err := p.write(ctx, tx, ms(s.Now())); err != nil {
+		if err := p.write(ctx, tx, ms(s.Now()), s.insertDeliveries[:]); err != nil {
 			return err
 		}
 		superseded, created = p.superseded, p.created
@@ -204,13 +205,12 @@ type storedEvent struct {
 	deliveries int // for a stored one, known after loadDuplicateCounts
 }
 
-// newDelivery is a delivery row to insert; Event indexes groupPlan.events until the events are
-// written, then holds the event's seq.
+// newDelivery is a delivery row to insert; Event indexes groupPlan.events.
 type newDelivery struct {
-	Event  int64  `json:"e"`
-	Sub    string `json:"s"`
-	Key    string `json:"k"`
-	Status Status `json:"st"`
+	Event  int64
+	Sub    string
+	Key    string
+	Status Status
 }
 
 // newEvent is an event row to insert.
@@ -389,7 +389,7 @@ func (p *groupPlan) add(r *emitReq) {
 
 // write stores the plan: the events, the supersedes of stored pending deliveries, the new
 // deliveries, and the delivery counts that re-emits of stored events report.
-func (p *groupPlan) write(ctx context.Context, tx *sql.Tx, now int64) error {
+func (p *groupPlan) write(ctx context.Context, tx *sql.Tx, now int64, insert []*sql.Stmt) error {
 	if err := p.countDuplicates(ctx, tx); err != nil {
 		return err
 	}
@@ -428,18 +428,36 @@ func (p *groupPlan) write(ctx context.Context, tx *sql.Tx, now int64) error {
 	if len(p.rows) == 0 {
 		return nil
 	}
-	for i := range p.rows {
-		p.rows[i].Event = seqs[p.events[p.rows[i].Event].ID]
-	}
-	if data, err = json.Marshal(p.rows); err != nil {
-		return err
-	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO deliveries(event_seq, subscriber_id, status, coalesce_key, next_attempt_at, age_from, created_at, updated_at)
-		SELECT value->>'e', value->>'s', value->>'st', value->>'k', ?1, ?1, ?1, ?1 FROM jsonb_each(?2)`, now, string(data))
-	if err != nil {
-		return err
+	args := make([]any, 0, 1+4*deliveryChunks[0])
+	for rest := p.rows; len(rest) > 0; {
+		k := 0
+		for deliveryChunks[k] > len(rest) {
+			k++
+		}
+		args = append(args[:0], now)
+		for _, r := range rest[:deliveryChunks[k]] {
+			args = append(args, seqs[p.events[r.Event].ID], r.Sub, string(r.Status), r.Key)
+		}
+		if _, err := tx.StmtContext(ctx, insert[k]).ExecContext(ctx, args...); err != nil {
+			return err
+		}
+		rest = rest[deliveryChunks[k]:]
 	}
 	return p.countRows(ctx, tx)
+}
+
+// deliveryChunks are the row counts of the prepared delivery INSERTs (Store.insertDeliveries),
+// largest first: a group's rows are written by a few executions of statements compiled once. Bound
+// values cost less than a JSON array read with ->> (a sixth of an emit's CPU).
+var deliveryChunks = [...]int{256, 64, 16, 4, 1}
+
+// insertDeliveriesSQL inserts n deliveries created at the first parameter; then each row binds its
+// event seq, subscriber, status and coalesce key. The parameters are anonymous: the driver looks
+// every numbered one up by name, a walk of the statement's list of names each.
+func insertDeliveriesSQL(n int) string {
+	return `INSERT INTO deliveries(event_seq, subscriber_id, status, coalesce_key, next_attempt_at, age_from, created_at, updated_at)
+		SELECT v.column1, v.column2, v.column3, v.column4, t.now, t.now, t.now, t.now
+		FROM (SELECT ? AS now) AS t, (VALUES ` + strings.Repeat("(?, ?, ?, ?), ", n-1) + `(?, ?, ?, ?)) AS v`
 }
 
 // countRows adds the inserted deliveries to queue_counts, one row per (subscriber, status), in one

@@ -128,6 +128,9 @@ type Store struct {
 	closeMu  sync.Once
 	closeErr error
 
+	// insertDeliveries are prepared on w, one per deliveryChunks size.
+	insertDeliveries [len(deliveryChunks)]*sql.Stmt
+
 	subsMu   sync.Mutex
 	subsVer  string        // meta subscribers_version the cache was loaded at
 	subsList []*Subscriber // cache of non-disabled subscribers for emit matching
@@ -173,6 +176,12 @@ func openVersion(ctx context.Context, opts Options, version int) (*Store, error)
 		w.Close()
 		return nil, fmt.Errorf("open %s: %w", opts.Path, err)
 	}
+	for i, n := range deliveryChunks {
+		if s.insertDeliveries[i], err = w.PrepareContext(ctx, insertDeliveriesSQL(n)); err != nil {
+			w.Close()
+			return nil, fmt.Errorf("open %s: prepare: %w", opts.Path, err)
+		}
+	}
 	r, err := sql.Open("sqlite", dsn("&_pragma=query_only(1)"))
 	if err != nil {
 		w.Close()
@@ -195,7 +204,11 @@ func (s *Store) Close() error {
 	s.closeMu.Do(func() {
 		close(s.stop)
 		<-s.done
-		s.closeErr = errors.Join(s.r.Close(), s.w.Close())
+		errs := []error{s.r.Close()}
+		for _, st := range s.insertDeliveries {
+			errs = append(errs, st.Close())
+		}
+		s.closeErr = errors.Join(append(errs, s.w.Close())...)
 	})
 	return s.closeErr
 }

@@ -83,7 +83,8 @@ type instance struct {
 	inbox, inboxCap uint32
 	// pending holds the bytes of the last host function result until the guest takes them.
 	pending []byte
-	scratch []byte
+	// scratch holds the encoded request, results KVGetAllFunc's answer; both are reused.
+	scratch, results []byte
 }
 
 // callKey carries the running *instance to the host functions through the call's context.
@@ -295,7 +296,7 @@ func (h *Host) instantiateHostModule(ctx context.Context) error {
 	def := func(name string, fn api.GoModuleFunc, params, results []api.ValueType) {
 		b.NewFunctionBuilder().WithGoModuleFunction(fn, params, results).Export(name)
 	}
-	def(abi.KVGetFunc, h.kvGet, []api.ValueType{i32, i32, i32}, []api.ValueType{i64})
+	def(abi.KVGetAllFunc, h.kvGetAll, []api.ValueType{i32, i32}, []api.ValueType{i64})
 	def(abi.KVPutFunc, h.kvPut, []api.ValueType{i32, i32, i32, i32, i32, i64}, []api.ValueType{i64})
 	def(abi.UpstreamFunc, h.upstream, []api.ValueType{i32, i32}, []api.ValueType{i64})
 	def(abi.TakeFunc, take, []api.ValueType{i32}, nil)
@@ -349,17 +350,18 @@ func (h *Host) namespace(ns uint64) relay.KV {
 	panic(fmt.Sprintf("unknown KV namespace %d", ns))
 }
 
-func (h *Host) kvGet(ctx context.Context, m api.Module, stack []uint64) {
-	in, kv := running(ctx), h.namespace(stack[0])
-	v, found, err := kv.Get(ctx, readString(m, stack[1], stack[2]))
-	switch {
-	case err != nil:
-		stack[0] = in.result(abi.CodeError, []byte(err.Error()))
-	case !found:
-		stack[0] = in.result(abi.CodeNotFound, nil)
-	default:
-		stack[0] = in.result(abi.CodeOK, []byte(v))
+// kvGetAll answers every read in one message, built in the instance's reused results buffer.
+func (h *Host) kvGetAll(ctx context.Context, m api.Module, stack []uint64) {
+	in := running(ctx)
+	iov, out := view(m, stack[0], stack[1]*12), in.results[:0]
+	for i := 0; i < len(iov); i += 12 {
+		kv := h.namespace(uint64(binary.LittleEndian.Uint32(iov[i:])))
+		key := readString(m, uint64(binary.LittleEndian.Uint32(iov[i+4:])), uint64(binary.LittleEndian.Uint32(iov[i+8:])))
+		v, found, err := kv.Get(ctx, key)
+		out = abi.AppendKVResult(out, v, found, err)
 	}
+	in.results = out
+	stack[0] = in.result(abi.CodeOK, out)
 }
 
 func (h *Host) kvPut(ctx context.Context, m api.Module, stack []uint64) {

@@ -134,10 +134,21 @@ type Deps struct {
 	Dedup    KV
 	Upstream Upstream
 	Clock    Clock
-	// ConcurrentKV says the runtime's KV calls can overlap (the Worker's promises do): the relay
-	// then reads a request's keys at once, on goroutines. Leave it false where a KV call blocks the
-	// only thread (the WASI module), and the reads run one after another.
-	ConcurrentKV bool
+	// ReadAll, when set, performs a request's KV reads (two or three, on either namespace) together
+	// and fills in each one's result: the Worker issues them as one promise, the WASI module as one
+	// host call, so a request crosses into the runtime once for all of them. Nil reads them one
+	// after another through KV.Get.
+	ReadAll func(ctx context.Context, reads []KVRead)
+}
+
+// KVRead is one KV read of a request: KV and Key say what to read; Value, Found and Err are the
+// result, as KV.Get returns them.
+type KVRead struct {
+	KV    KV
+	Key   string
+	Value string
+	Found bool
+	Err   error
 }
 
 // ReadBody reads at most max+1 bytes of r, enough for Handle to tell an oversize body.

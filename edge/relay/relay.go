@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/edgehook/edgehook/shared/signature"
@@ -74,19 +73,19 @@ func (r *Relay) Handle(ctx context.Context, req *Request) *Response {
 	}
 	subKey, dedupKey, markKey := wire.SubscriberKey(hop.SubscriberID), wire.DedupKey(hop.DeliveryID), ""
 	// An array on the stack, not a slice literal: read does not let it escape (see there).
-	reads, n := [3]kvRead{{kv: r.deps.Subscribers, key: subKey}, {kv: r.deps.Dedup, key: dedupKey}}, 2
+	reads, n := [3]KVRead{{KV: r.deps.Subscribers, Key: subKey}, {KV: r.deps.Dedup, Key: dedupKey}}, 2
 	if hop.CoalesceKey != "" { // read now; used only if the record makes this type coalescible
 		markKey = wire.CoalesceKey(hop.SubscriberID, hop.CoalesceKey)
-		reads[2], n = kvRead{kv: r.deps.Dedup, key: markKey}, 3
+		reads[2], n = KVRead{KV: r.deps.Dedup, Key: markKey}, 3
 	}
 	r.read(ctx, reads[:n])
 	rec, resp := r.subscriber(&reads[0])
 	if resp != nil {
 		return resp
 	}
-	if d := &reads[1]; d.err != nil {
-		return Reject(503, wire.ReasonKVUnavailable, "read %s: %v", dedupKey, d.err)
-	} else if d.found {
+	if d := &reads[1]; d.Err != nil {
+		return Reject(503, wire.ReasonKVUnavailable, "read %s: %v", dedupKey, d.Err)
+	} else if d.Found {
 		return answer(200, wire.OutcomeDuplicate, "delivery %s was already acknowledged by the subscriber", hop.DeliveryID)
 	}
 	coalesceKey := ""
@@ -99,63 +98,49 @@ func (r *Relay) Handle(ctx context.Context, req *Request) *Response {
 	return r.forward(ctx, req, hop, rec, dedupKey, coalesceKey)
 }
 
-// kvRead is one KV read of a request and its result.
-type kvRead struct {
-	kv    KV
-	key   string
-	value string
-	found bool
-	err   error
-}
-
-// read performs the reads, all at once when the runtime's KV calls can overlap (Deps.ConcurrentKV),
-// and returns when every one has finished, so none outlives the request.
-func (r *Relay) read(ctx context.Context, reads []kvRead) {
-	if !r.deps.ConcurrentKV {
-		for i := range reads {
-			reads[i].value, reads[i].found, reads[i].err = reads[i].kv.Get(ctx, reads[i].key)
-		}
+// read performs the reads through Deps.ReadAll, or one after another.
+func (r *Relay) read(ctx context.Context, reads []KVRead) {
+	if r.deps.ReadAll != nil {
+		// ReadAll is a function value the compiler cannot see into, so reads would escape to it
+		// and the caller's array would be heap-allocated in every runtime: hand it a copy.
+		shared := append([]KVRead(nil), reads...)
+		r.deps.ReadAll(ctx, shared)
+		copy(reads, shared)
 		return
 	}
-	// The goroutines work on a copy: were they to capture reads itself, it would escape, and the
-	// caller's array would be heap-allocated in the sequential runtimes too.
-	shared := append([]kvRead(nil), reads...)
-	var wg sync.WaitGroup
-	for i := range shared {
-		wg.Go(func() { shared[i].value, shared[i].found, shared[i].err = shared[i].kv.Get(ctx, shared[i].key) })
+	for i := range reads {
+		reads[i].Value, reads[i].Found, reads[i].Err = reads[i].KV.Get(ctx, reads[i].Key)
 	}
-	wg.Wait()
-	copy(reads, shared)
 }
 
 // subscriber decodes the subscriber's record, or returns the rejection.
-func (r *Relay) subscriber(read *kvRead) (*wire.SubscriberRecord, *Response) {
-	if read.err != nil {
-		return nil, Reject(503, wire.ReasonKVUnavailable, "read %s: %v", read.key, read.err)
+func (r *Relay) subscriber(read *KVRead) (*wire.SubscriberRecord, *Response) {
+	if read.Err != nil {
+		return nil, Reject(503, wire.ReasonKVUnavailable, "read %s: %v", read.Key, read.Err)
 	}
-	if !read.found {
-		return nil, Reject(404, wire.ReasonUnknownSubscriber, "no KV record %s", read.key)
+	if !read.Found {
+		return nil, Reject(404, wire.ReasonUnknownSubscriber, "no KV record %s", read.Key)
 	}
-	rec, err := r.records.decode(read.value)
+	rec, err := r.records.decode(read.Value)
 	if err != nil {
 		// An operator error: the record was written by hand or by another version.
-		return nil, Reject(500, wire.ReasonBadRecord, "KV record %s does not decode: %v", read.key, err)
+		return nil, Reject(500, wire.ReasonBadRecord, "KV record %s does not decode: %v", read.Key, err)
 	}
 	if !rec.Active {
-		return nil, Reject(404, wire.ReasonUnknownSubscriber, "KV record %s is inactive", read.key)
+		return nil, Reject(404, wire.ReasonUnknownSubscriber, "KV record %s is inactive", read.Key)
 	}
 	return rec, nil
 }
 
 // coalesced answers 429 coalesced when the mark says the key was forwarded less than window ago.
-func (r *Relay) coalesced(mark *kvRead, window time.Duration) *Response {
-	if mark.err != nil {
-		return Reject(503, wire.ReasonKVUnavailable, "read %s: %v", mark.key, mark.err)
+func (r *Relay) coalesced(mark *KVRead, window time.Duration) *Response {
+	if mark.Err != nil {
+		return Reject(503, wire.ReasonKVUnavailable, "read %s: %v", mark.Key, mark.Err)
 	}
-	if !mark.found {
+	if !mark.Found {
 		return nil
 	}
-	ms, err := strconv.ParseInt(mark.value, 10, 64)
+	ms, err := strconv.ParseInt(mark.Value, 10, 64)
 	if err != nil {
 		return nil // a mark this relay did not write: forward rather than hold the key back forever
 	}
@@ -164,7 +149,7 @@ func (r *Relay) coalesced(mark *kvRead, window time.Duration) *Response {
 		return nil
 	}
 	secs := int64((left + time.Second - 1) / time.Second)
-	resp := answer(429, wire.OutcomeCoalesced, "%s was forwarded less than %s ago; retry in %ds", mark.key, window, secs)
+	resp := answer(429, wire.OutcomeCoalesced, "%s was forwarded less than %s ago; retry in %ds", mark.Key, window, secs)
 	resp.Header[keyRetryAfter] = strconv.FormatInt(secs, 10)
 	return resp
 }

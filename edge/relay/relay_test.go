@@ -301,3 +301,32 @@ func TestUpdatedRecordTakesEffect(t *testing.T) {
 		t.Fatalf("after deactivation: %d %s, want 404", resp.Status, resp.Detail)
 	}
 }
+
+// TestReadAll: with Deps.ReadAll the relay hands it every key of the request in one call, in the
+// order subscriber record, dedup mark, coalesce mark, and acts on the results it fills in.
+func TestReadAll(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, coalesceRecord)
+	var calls [][]string
+	readAll := func(ctx context.Context, reads []relay.KVRead) {
+		var keys []string
+		for i := range reads {
+			keys = append(keys, reads[i].Key)
+			reads[i].Value, reads[i].Found, reads[i].Err = reads[i].KV.Get(ctx, reads[i].Key)
+		}
+		calls = append(calls, keys)
+	}
+	r, err := relay.New(relay.Config{Secrets: []signature.Secret{f.secret}, Tolerance: time.Minute, DedupTTL: time.Hour, MaxBody: 1024},
+		relay.Deps{Subscribers: f.subs, Dedup: faultyKV{KV: f.dedup, failGet: "c:"}, Upstream: upstreamFunc(ok200), Clock: fixedClock{}, ReadAll: readAll})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := r.Handle(context.Background(), f.request("k1", nil))
+	want := [][]string{{wire.SubscriberKey("sub_a"), wire.DedupKey("del_1"), wire.CoalesceKey("sub_a", "k1")}}
+	if fmt.Sprint(calls) != fmt.Sprint(want) {
+		t.Fatalf("ReadAll calls %v, want %v", calls, want)
+	}
+	if resp.Status != 503 || !strings.Contains(resp.Detail, "kv down") {
+		t.Fatalf("got %d %q, want 503 with the coalesce mark's read error", resp.Status, resp.Detail)
+	}
+}

@@ -39,6 +39,7 @@ func setup() (*relay.Relay, error) {
 		Dedup:       kv(abi.NamespaceDedup),
 		Upstream:    upstream{},
 		Clock:       clock{},
+		ReadAll:     readAll,
 	})
 }
 
@@ -87,8 +88,8 @@ func addr(b []byte) uint32 { return uint32(uintptr(unsafe.Pointer(unsafe.SliceDa
 
 func addrString(s string) uint32 { return uint32(uintptr(unsafe.Pointer(unsafe.StringData(s)))) }
 
-//go:wasmimport edgehook kv_get
-func hostKVGet(ns, keyPtr, keyLen uint32) uint64
+//go:wasmimport edgehook kv_get_all
+func hostKVGetAll(iovPtr, count uint32) uint64
 
 //go:wasmimport edgehook kv_put
 func hostKVPut(ns, keyPtr, keyLen, valPtr, valLen uint32, ttlSeconds int64) uint64
@@ -114,30 +115,36 @@ func take(length uint32) []byte {
 	return b
 }
 
-// hostError is an error the host reported as a message.
-type hostError string
-
-func (e hostError) Error() string { return string(e) }
-
 // kv is one host KV namespace.
 type kv uint32
 
-func (ns kv) Get(_ context.Context, key string) (string, bool, error) {
-	code, n := abi.SplitResult(hostKVGet(uint32(ns), addrString(key), uint32(len(key))))
-	switch code {
-	case abi.CodeOK:
-		b := take(n) // fresh and never reused: the string may share it
-		return unsafe.String(unsafe.SliceData(b), len(b)), true, nil
-	case abi.CodeNotFound:
-		return "", false, nil
+// iov is reused for every readAll: the host reads it before it returns.
+var iov []uint32
+
+// readAll is relay.Deps.ReadAll: one host call for all of a request's reads, one copy of the
+// results, whose values are substrings of that copy.
+func readAll(_ context.Context, reads []relay.KVRead) {
+	iov = iov[:0]
+	for _, r := range reads {
+		iov = append(iov, uint32(r.KV.(kv)), addrString(r.Key), uint32(len(r.Key)))
 	}
-	return "", false, hostError(take(n))
+	_, n := abi.SplitResult(hostKVGetAll(uint32(uintptr(unsafe.Pointer(unsafe.SliceData(iov)))), uint32(len(reads))))
+	b := take(n) // fresh and never reused: the strings may share it
+	if err := abi.DecodeKVResults(unsafe.String(unsafe.SliceData(b), len(b)), reads); err != nil {
+		panic(err) // the host broke the ABI: trap, and the host replaces this instance
+	}
+}
+
+func (ns kv) Get(ctx context.Context, key string) (string, bool, error) {
+	r := []relay.KVRead{{KV: ns, Key: key}}
+	readAll(ctx, r)
+	return r[0].Value, r[0].Found, r[0].Err
 }
 
 func (ns kv) Put(_ context.Context, key, value string, ttl time.Duration) error {
 	code, n := abi.SplitResult(hostKVPut(uint32(ns), addrString(key), uint32(len(key)), addrString(value), uint32(len(value)), int64(ttl/time.Second)))
 	if code != abi.CodeOK {
-		return hostError(take(n))
+		return abi.HostError(take(n))
 	}
 	return nil
 }
@@ -158,7 +165,7 @@ func (upstream) Do(_ context.Context, req *relay.UpstreamRequest) (*relay.Upstre
 	case abi.CodeTimeout:
 		return nil, timeoutError(b)
 	}
-	return nil, hostError(b)
+	return nil, abi.HostError(b)
 }
 
 // timeoutError wraps relay.ErrUpstreamTimeout with the host's message.

@@ -19,10 +19,11 @@ type fetchUpstream struct{}
 var _ relay.Upstream = fetchUpstream{}
 
 func (fetchUpstream) Do(_ context.Context, req *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
-	res, err := await(io.Call("post", req.URL, headerText(req.Header), bytesToJS(req.Body), req.Timeout.Milliseconds(), wire.MaxExcerptBytes))
+	res, err := call("post", req.URL, headerText(req.Header), bytesToJS(req.Body), req.Timeout.Milliseconds(), wire.MaxExcerptBytes)
 	if err != nil {
 		return nil, err
 	}
+	// [status, headerText, body excerpt, its length]
 	status := res.Index(0).Int()
 	if status < 0 {
 		return nil, fmt.Errorf("%w (%s)", relay.ErrUpstreamTimeout, req.Timeout)
@@ -30,6 +31,6 @@ func (fetchUpstream) Do(_ context.Context, req *relay.UpstreamRequest) (*relay.U
 	return &relay.UpstreamResponse{
 		Status: status,
 		Header: parseHeaderText(res.Index(1).String()),
-		Body:   bytesFromJS(res.Index(2), wire.MaxExcerptBytes),
+		Body:   bytesFromJS(res.Index(2), min(res.Index(3).Int(), wire.MaxExcerptBytes)),
 	}, nil
 }

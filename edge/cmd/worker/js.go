@@ -11,11 +11,12 @@ import (
 	"github.com/edgehook/edgehook/edge/relay"
 )
 
-// io is loader.mjs's I/O object (binding.io). Each call across the JS/Go boundary costs, so the
-// loader does the marshalling in bulk and Go makes one call per promise.
+// io is loader.mjs's I/O object (binding.io). Each call across the JS/Go boundary costs (a
+// js.Value that refers to a JS string or object carries a finalizer), so the loader does the
+// marshalling in bulk and Go makes one call per operation, however many promises it involves.
 var io = js.Global().Get("context").Get("binding").Get("io")
 
-// Promises awaited by goroutines, by id. settle (called from JS) hands each its outcome.
+// Operations in flight, by id: settle (called from JS) hands each its outcome.
 var (
 	pendingMu sync.Mutex
 	pending   = map[int]chan settled{}
@@ -39,16 +40,17 @@ func init() {
 	}))
 }
 
-// await blocks the calling goroutine until p settles. The goroutine resumes inside the JS turn
-// that settled p, which belongs to the request that created p.
-func await(p js.Value) (js.Value, error) {
+// call starts io[method](id, args...), an operation that calls io.settle(id, ok, value) when it
+// is done, and blocks the calling goroutine until then. The goroutine resumes inside the JS turn
+// that settled it, which belongs to the request that started the operation.
+func call(method string, args ...any) (js.Value, error) {
 	ch := make(chan settled, 1)
 	pendingMu.Lock()
 	nextID++
 	id := nextID
 	pending[id] = ch
 	pendingMu.Unlock()
-	io.Call("await", p, id)
+	io.Call(method, append([]any{id}, args...)...)
 	s := <-ch
 	if !s.ok {
 		return js.Value{}, errors.New(s.v.String())
@@ -82,12 +84,13 @@ func parseHeaderText(s string) relay.Header {
 	return h
 }
 
-// bytesFromJS copies at most max bytes of a Uint8Array (null gives nil).
-func bytesFromJS(v js.Value, max int64) []byte {
+// bytesFromJS copies the first n bytes of a Uint8Array (null gives nil); the caller knows its
+// length, which saves asking JS for it.
+func bytesFromJS(v js.Value, n int) []byte {
 	if v.IsNull() || v.IsUndefined() {
 		return nil
 	}
-	b := make([]byte, min(int64(v.Get("byteLength").Int()), max))
+	b := make([]byte, n)
 	js.CopyBytesToGo(b, v)
 	return b
 }

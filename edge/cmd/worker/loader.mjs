@@ -8,8 +8,9 @@
 //
 // Every crossing between JS and Go costs (a Go js.Value carries a finalizer), so the loader does
 // the marshalling in bulk: headers travel as one "name\nvalue\n…" string (a header value cannot
-// hold a newline), bodies as one Uint8Array, and the small `io` object below gives Go one call per
-// KV promise and one per subscriber fetch. All decisions stay in Go (edge/relay).
+// hold a newline), bodies as one Uint8Array, and the small `io` object below gives Go one call for
+// a request's KV reads, one per KV write and one per subscriber fetch. All decisions stay in Go
+// (edge/relay).
 import "./wasm_exec.js";
 import { createRuntimeContext, loadModule } from "./runtime.mjs";
 
@@ -57,37 +58,61 @@ async function excerpt(res, max) {
   return out;
 }
 
-// The Go side's I/O primitives (edge/cmd/worker/js.go).
+// Reports p's outcome to the Go side, which waits for it under id.
+function settleWith(id, p) {
+  p.then(
+    (v) => io.settle(id, true, v),
+    (e) => io.settle(id, false, String(e?.message ?? e)),
+  );
+}
+
+// A KV read's result for getAll: [0, value], [1, null] for a missing key, [2, message].
+const readResult = (p) =>
+  p.then(
+    (v) => (v === null ? [1, null] : [0, v]),
+    (e) => [2, String(e?.message ?? e)],
+  );
+
+// The Go side's I/O primitives (edge/cmd/worker/js.go): each takes the id Go waits under and
+// settles it once, whatever number of promises it involves.
 const io = {
   settle: undefined, // installed by Go: settle(id, ok, value)
-  // Reports p's outcome to the goroutine waiting under id.
-  await(p, id) {
-    p.then(
-      (v) => io.settle(id, true, v),
-      (e) => io.settle(id, false, String(e?.message ?? e)),
-    );
+  // Reads (namespace, key) pairs at once; settles [code, value, code, value, …] in their order.
+  getAll(id, ...nsKeys) {
+    const reads = [];
+    for (let i = 0; i + 1 < nsKeys.length; i += 2) reads.push(readResult(nsKeys[i].get(nsKeys[i + 1])));
+    settleWith(id, Promise.all(reads).then((rs) => rs.flat()));
   },
-  // One POST to a subscriber, aborted (connection and all) after timeoutMs; resolves
-  // [status, headerText, body excerpt] or [-1, "", null] on timeout; rejects when unreachable.
-  async post(url, headers, body, timeoutMs, maxBytes) {
-    const abort = new AbortController();
-    let timedOut = false;
-    const timer = setTimeout(() => {
-      timedOut = true;
-      abort.abort();
-    }, timeoutMs);
-    try {
-      // redirect: manual — the destination comes only from the subscriber's record.
-      const res = await fetch(url, { method: "POST", headers: parseHeaders(headers), body, redirect: "manual", signal: abort.signal });
-      return [res.status, headerText(res.headers), await excerpt(res, maxBytes)];
-    } catch (e) {
-      if (timedOut) return [-1, "", null];
-      throw e;
-    } finally {
-      clearTimeout(timer);
-    }
+  put(id, ns, key, value, ttlSeconds) {
+    settleWith(id, ns.put(key, value, { expirationTtl: ttlSeconds }));
+  },
+  // One POST to a subscriber, aborted (connection and all) after timeoutMs; settles
+  // [status, headerText, body excerpt, its length] or [-1, "", null, 0] on timeout; fails when
+  // unreachable.
+  post(id, url, headers, body, timeoutMs, maxBytes) {
+    settleWith(id, post(url, headers, body, timeoutMs, maxBytes));
   },
 };
+
+async function post(url, headers, body, timeoutMs, maxBytes) {
+  const abort = new AbortController();
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    abort.abort();
+  }, timeoutMs);
+  try {
+    // redirect: manual — the destination comes only from the subscriber's record.
+    const res = await fetch(url, { method: "POST", headers: parseHeaders(headers), body, redirect: "manual", signal: abort.signal });
+    const out = await excerpt(res, maxBytes);
+    return [res.status, headerText(res.headers), out, out?.length ?? 0];
+  } catch (e) {
+    if (timedOut) return [-1, "", null, 0];
+    throw e;
+  } finally {
+    clearTimeout(timer);
+  }
+}
 
 let instance; // Promise of the live instance: { serve, exited }
 
@@ -125,7 +150,9 @@ const NULL_BODY_STATUS = new Set([101, 204, 205, 304]);
 
 async function handle(req, serve) {
   const body = req.body === null ? null : new Uint8Array(await req.arrayBuffer()); // null: no body
-  const [status, headers, out] = await new Promise((done) => serve(req.method, headerText(req.headers), body, done));
+  const [status, headers, out] = await new Promise((done) =>
+    serve(req.method, headerText(req.headers), body, body?.length ?? 0, (...answer) => done(answer)),
+  );
   return new Response(NULL_BODY_STATUS.has(status) ? null : out, { status, headers: parseHeaders(headers) });
 }
 

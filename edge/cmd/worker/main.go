@@ -64,8 +64,7 @@ func newHandler() *handler {
 		Dedup:       kvStore{dedup},
 		Upstream:    fetchUpstream{},
 		Clock:       relay.SystemClock{},
-		// KV calls are promises: a request's reads overlap, each awaited by its own goroutine.
-		ConcurrentKV: true,
+		ReadAll:     readAll, // KV calls are promises: a request's reads overlap
 	})
 	return &handler{relay: r, err: err}
 }

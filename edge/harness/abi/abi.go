@@ -26,9 +26,10 @@ const ImportModule = "edgehook"
 
 // Names of the host functions (module ImportModule).
 const (
-	// KVGetFunc(ns, keyPtr, keyLen u32) → u64 Result: CodeOK with the value, CodeNotFound, or
-	// CodeError with a message.
-	KVGetFunc = "kv_get"
+	// KVGetAllFunc(iovPtr, count u32) → u64 Result: performs count KV reads in one call (a
+	// request's reads, relay.Deps.ReadAll) and answers CodeOK with their results (see
+	// AppendKVResult). The iov array holds count (ns, keyPtr, keyLen u32) triples.
+	KVGetAllFunc = "kv_get_all"
 	// KVPutFunc(ns, keyPtr, keyLen, valPtr, valLen u32, ttlSeconds i64) → u64 Result: CodeOK, or
 	// CodeError with a message.
 	KVPutFunc = "kv_put"
@@ -54,7 +55,7 @@ const (
 	HandleFunc = "edgehook_handle"
 )
 
-// KV namespaces, the ns argument of KVGetFunc and KVPutFunc.
+// KV namespaces, the ns argument of KVGetAllFunc and KVPutFunc.
 const (
 	NamespaceSubscribers uint32 = 1
 	NamespaceDedup       uint32 = 2
@@ -79,3 +80,8 @@ func PackPointer(ptr, length uint32) uint64 { return uint64(ptr)<<32 | uint64(le
 
 // SplitPointer is the inverse of PackPointer.
 func SplitPointer(p uint64) (ptr, length uint32) { return uint32(p >> 32), uint32(p) }
+
+// HostError is an error the host reported as a message.
+type HostError string
+
+func (e HostError) Error() string { return string(e) }

@@ -76,6 +76,49 @@ func DecodeUpstreamResponse(b []byte) (*relay.UpstreamResponse, error) {
 	return r, d.done("upstream response")
 }
 
+// AppendKVResult appends one read's result to the answer of KVGetAllFunc: a uint32 result code
+// and a string, the value for CodeOK, the message for CodeError and empty for CodeNotFound.
+func AppendKVResult(dst []byte, value string, found bool, err error) []byte {
+	switch {
+	case err != nil:
+		return appendString(binary.LittleEndian.AppendUint32(dst, CodeError), err.Error())
+	case !found:
+		return appendString(binary.LittleEndian.AppendUint32(dst, CodeNotFound), "")
+	}
+	return appendString(binary.LittleEndian.AppendUint32(dst, CodeOK), value)
+}
+
+// DecodeKVResults fills in the results of reads from the answer of KVGetAllFunc, one per read in
+// order. The values are substrings of s, which the caller must not modify afterwards.
+func DecodeKVResults(s string, reads []relay.KVRead) error {
+	for i := range reads {
+		if len(s) < 8 {
+			return fmt.Errorf("%w: KV results", ErrShort)
+		}
+		code, n := uint32At(s), uint64(uint32At(s[4:]))
+		if n > uint64(len(s)-8) {
+			return fmt.Errorf("%w: KV results", ErrShort)
+		}
+		v := s[8 : 8+n]
+		s = s[8+n:]
+		r := &reads[i]
+		switch code {
+		case CodeOK:
+			r.Value, r.Found, r.Err = v, true, nil
+		case CodeNotFound:
+			r.Value, r.Found, r.Err = "", false, nil
+		case CodeError:
+			r.Value, r.Found, r.Err = "", false, HostError(v)
+		default:
+			return fmt.Errorf("abi: KV result code %d", code)
+		}
+	}
+	if s != "" {
+		return fmt.Errorf("%w: KV results", ErrShort)
+	}
+	return nil
+}
+
 func appendString(dst []byte, s string) []byte {
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(s)))
 	return append(dst, s...)
@@ -174,10 +217,15 @@ func (d *decoder) header() relay.Header {
 // slice returns the length-prefixed string at the start of *s, already checked by header, and
 // advances *s past it.
 func slice(s *string) string {
-	l := uint32((*s)[0]) | uint32((*s)[1])<<8 | uint32((*s)[2])<<16 | uint32((*s)[3])<<24
+	l := uint32At(*s)
 	v := (*s)[4 : 4+l]
 	*s = (*s)[4+l:]
 	return v
+}
+
+// uint32At reads the little-endian uint32 at the start of s, which holds at least 4 bytes.
+func uint32At(s string) uint32 {
+	return uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24
 }
 
 func (d *decoder) done(what string) error {

@@ -54,3 +54,31 @@ func TestResultPacking(t *testing.T) {
 		t.Fatalf("got %d %d %#x %d", code, n, ptr, length)
 	}
 }
+
+func TestKVResults(t *testing.T) {
+	var enc []byte
+	enc = AppendKVResult(enc, `{"url":"x"}`, true, nil)
+	enc = AppendKVResult(enc, "", false, nil)
+	enc = AppendKVResult(enc, "", false, errors.New("kv down"))
+	enc = AppendKVResult(enc, "", true, nil) // an empty value is still found
+	reads := make([]relay.KVRead, 4)
+	if err := DecodeKVResults(string(enc), reads); err != nil {
+		t.Fatal(err)
+	}
+	want := []relay.KVRead{{Value: `{"url":"x"}`, Found: true}, {}, {Err: HostError("kv down")}, {Found: true}}
+	if !reflect.DeepEqual(reads, want) {
+		t.Fatalf("got %+v, want %+v", reads, want)
+	}
+	for n := range len(enc) {
+		if err := DecodeKVResults(string(enc[:n]), reads); !errors.Is(err, ErrShort) {
+			t.Fatalf("truncated to %d of %d bytes: err = %v, want ErrShort", n, len(enc), err)
+		}
+	}
+	if err := DecodeKVResults(string(enc), reads[:3]); !errors.Is(err, ErrShort) {
+		t.Fatalf("more results than reads: err = %v, want ErrShort", err)
+	}
+	bad := append([]byte{9, 0, 0, 0}, enc[4:]...)
+	if err := DecodeKVResults(string(bad), reads); err == nil || errors.Is(err, ErrShort) {
+		t.Fatalf("unknown result code: err = %v", err)
+	}
+}

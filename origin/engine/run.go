@@ -8,11 +8,6 @@ import (
 	"github.com/edgehook/edgehook/origin/store"
 )
 
-// smallClaimWait bounds how long the loop waits for a good share of the slots to free before it
-// claims for the few that are: long enough for a batch of quick sends to settle, short enough
-// that deliveries behind slots held by a slow subscriber are not noticeably late.
-const smallClaimWait = 20 * time.Millisecond
-
 // settleGather bounds how long the completer waits for more outcomes before it writes a batch.
 const settleGather = 2 * time.Millisecond
 
@@ -66,37 +61,23 @@ func (r *run) loop(ctx context.Context, daemon bool) {
 	}
 	poll := time.NewTimer(0)
 	defer poll.Stop()
-	smallOK, smallArmed := false, false
 	for ctx.Err() == nil {
-		free := cap(r.slots) - len(r.slots)
-		if free == 0 {
+		if len(r.slots) == cap(r.slots) {
 			select {
 			case <-r.freed:
 			case <-ctx.Done():
 			}
 			continue
 		}
-		// A claim is a write transaction: while sends finish quickly, wait until a good share of
-		// the slots is free. But slots held by a slow subscriber must not hold the others back, so
-		// after smallClaimWait without that, claim for what is free. The timer is armed once per
-		// wait, not per freed slot, and is not the poll interval: with the poll interval (re-armed
-		// on every completion) new events waited up to 500 ms, or forever under a steady trickle.
-		if free < min(cap(r.slots)/2, r.e.cfg.BatchSize) && !smallOK {
-			if !smallArmed {
-				poll.Reset(min(smallClaimWait, r.e.cfg.PollInterval))
-				smallArmed = true
-			}
-			select {
-			case <-r.freed:
-			case <-poll.C:
-				smallOK = true
-			case <-ctx.Done():
-			}
-			continue
-		}
-		smallOK, smallArmed = false, false
+		// A claim takes whatever is free once its turn on the writer has come: when settles keep
+		// the writer busy, claims grow with the slots they freed meanwhile, and claim and settle
+		// transactions alternate with the sends of one batch overlapping the writes of another.
 		r.writer.Lock()
-		free = cap(r.slots) - len(r.slots) // settles may have freed more meanwhile
+		select {
+		case <-r.freed: // stale: the claim sees those slots free (slots freed later signal again)
+		default:
+		}
+		free := cap(r.slots) - len(r.slots)
 		res, err := r.e.st.Claim(ctx, store.ClaimParams{Now: r.e.cfg.Now(), Limit: min(free, r.e.cfg.BatchSize), LeaseDuration: r.e.cfg.LeaseDuration})
 		for _, c := range res.Deliveries {
 			r.slots <- struct{}{}

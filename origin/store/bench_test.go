@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -100,4 +101,39 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkClaimBacklog measures claiming the engine's batch of 128 over a backlog of 200,000
+// pending deliveries (12 subscribers), as the backlog section of `make bench` does over 1,000,000:
+// run it with -benchtime Nx (each run fills a new database first). The claims are not settled.
+func BenchmarkClaimBacklog(b *testing.B) {
+	const subscribers, backlog, batch = 12, 200_000, 128
+	s, _ := open(b, Options{Now: time.Now, GlobalCap: 1 << 40, BacklogCap: 1 << 40})
+	for i := range subscribers {
+		mustSub(b, s, SubscriberInput{ID: fmt.Sprintf("s%d", i), RatePerSec: MaxRatePerSec, Burst: MaxBurst, MaxInFlight: MaxMaxInFlight})
+	}
+	body := []byte(`{"video_id":"v1","rank":3,"title":"a typical small payload of a webhook event"}`)
+	for i := 0; i < backlog/subscribers; i += MaxBatchEvents {
+		ins := make([]EmitInput, 0, MaxBatchEvents)
+		for j := i; j < min(i+MaxBatchEvents, backlog/subscribers); j++ {
+			ins = append(ins, EmitInput{ID: fmt.Sprintf("e%d", j), Type: "video.trending", Body: body})
+		}
+		if _, err := s.EmitBatch(context.Background(), ins); err != nil {
+			b.Fatal(err)
+		}
+	}
+	took := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		res, err := s.Claim(context.Background(), ClaimParams{Now: time.Now(), Limit: batch, LeaseDuration: time.Minute})
+		took = append(took, time.Since(start))
+		if err != nil || len(res.Deliveries) != batch {
+			b.Fatalf("claimed %d, want %d: %v", len(res.Deliveries), batch, err)
+		}
+	}
+	b.StopTimer()
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(took[len(took)*95/100].Microseconds())/1000, "p95-ms")
 }

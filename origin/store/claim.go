@@ -90,10 +90,10 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 	var res ClaimResult
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		res = ClaimResult{}
-		if err := rescueExpired(ctx, tx, now); err != nil {
+		if err := s.rescueExpired(ctx, tx, now); err != nil {
 			return fmt.Errorf("claim: rescue expired leases: %w", err)
 		}
-		cands, err := claimCandidates(ctx, tx, now)
+		cands, err := s.claimCandidates(ctx, tx, now)
 		if err != nil {
 			return err
 		}
@@ -112,7 +112,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 					left -= want
 				}
 			}
-			got, err := claimBatch(ctx, tx, asks, now, leaseUntil, token)
+			got, err := s.claimBatch(ctx, tx, asks, now, leaseUntil, token)
 			if err != nil {
 				return err
 			}
@@ -127,7 +127,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 		for _, c := range cands {
 			if c.taken == 0 {
 				if c.budget == 0 && (c.byTokens || !res.Waiting) {
-					due, err := hasDue(ctx, tx, c.id, now)
+					due, err := s.hasDue(ctx, tx, c.id, now)
 					if err != nil {
 						return err
 					}
@@ -145,7 +145,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 		if len(rows) == 0 {
 			return nil
 		}
-		if err := spendTokens(ctx, tx, spent, now, leaseUntil); err != nil {
+		if err := s.spendTokens(ctx, tx, spent, now, leaseUntil); err != nil {
 			return err
 		}
 		subs, err := s.matchingSubscribers(ctx, tx)
@@ -164,12 +164,12 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 // rescueExpired returns deliveries whose lease expired (their engine crashed or hung) to pending.
 // It looks before it writes: the UPDATE compiles the counting triggers, the look does not, and
 // nearly always nothing has expired.
-func rescueExpired(ctx context.Context, tx *sql.Tx, now int64) error {
+func (s *Store) rescueExpired(ctx context.Context, tx *sql.Tx, now int64) error {
 	var expired bool
-	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM deliveries WHERE `+expiredSQL+`)`, now).Scan(&expired); err != nil || !expired {
+	if err := s.queryRow(ctx, tx, `SELECT EXISTS (SELECT 1 FROM deliveries WHERE `+expiredSQL+`)`, now).Scan(&expired); err != nil || !expired {
 		return err
 	}
-	_, err := tx.ExecContext(ctx, `UPDATE deliveries SET status = 'pending', lease_token = '', lease_expires_at = 0, updated_at = ?1
+	_, err := s.exec(ctx, tx, `UPDATE deliveries SET status = 'pending', lease_token = '', lease_expires_at = 0, updated_at = ?1
 		WHERE `+expiredSQL, now)
 	return err
 }
@@ -189,12 +189,12 @@ type spend struct {
 // refill is accounted up to now, a probe marks the circuit as probing until the lease ends.
 // refilled_at never goes back: a process whose clock reading is older than another's last claim
 // (it read the clock, then waited for the write lock) must not be credited that time twice.
-func spendTokens(ctx context.Context, tx *sql.Tx, spent []spend, now, leaseUntil int64) error {
+func (s *Store) spendTokens(ctx context.Context, tx *sql.Tx, spent []spend, now, leaseUntil int64) error {
 	data, err := json.Marshal(spent)
 	if err != nil {
 		return err
 	}
-	_, err = tx.ExecContext(ctx, `UPDATE limiter SET tokens = j.tokens, refilled_at = max(limiter.refilled_at, ?1), last_claim_at = ?1,
+	_, err = s.exec(ctx, tx, `UPDATE limiter SET tokens = j.tokens, refilled_at = max(limiter.refilled_at, ?1), last_claim_at = ?1,
 			circuit = CASE WHEN j.probe THEN 'probing' ELSE limiter.circuit END,
 			circuit_until = CASE WHEN j.probe THEN ?2 ELSE limiter.circuit_until END
 		FROM (SELECT value->>'id' AS id, value->>'tokens' AS tokens, value->>'probe' AS probe FROM jsonb_each(?3)) AS j
@@ -204,8 +204,8 @@ func spendTokens(ctx context.Context, tx *sql.Tx, spent []spend, now, leaseUntil
 
 // claimCandidates returns the active subscribers with pending deliveries that may send now, in
 // round-robin order, with their budgets.
-func claimCandidates(ctx context.Context, tx *sql.Tx, now int64) ([]*candidate, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT s.id, s.rate_per_sec, s.burst, s.max_in_flight, l.tokens, l.refilled_at, l.circuit,
+func (s *Store) claimCandidates(ctx context.Context, tx *sql.Tx, now int64) ([]*candidate, error) {
+	rows, err := s.query(ctx, tx, `SELECT s.id, s.rate_per_sec, s.burst, s.max_in_flight, l.tokens, l.refilled_at, l.circuit,
 			coalesce((SELECT n FROM queue_counts q WHERE q.subscriber_id = s.id AND q.status = 'leased'), 0)
 		FROM subscribers s JOIN limiter l ON l.subscriber_id = s.id
 		WHERE s.state = 'active' AND l.paused_until <= ?1
@@ -257,46 +257,62 @@ type claimAsk struct {
 }
 
 // claimBatch leases, for every ask, up to n due deliveries of its subscriber: first attempts, then
-// retries for what is still missing. The driver compiles every statement each time it runs (and an
-// UPDATE of deliveries compiles the counting triggers with it), so all subscribers share one
-// statement per kind rather than one each.
-func claimBatch(ctx context.Context, tx *sql.Tx, asks []claimAsk, now, leaseUntil int64, token string) ([]claimedRow, error) {
+// retries for what is still missing. Up to claimChunk subscribers share one statement per kind
+// (each statement is prepared: see Store.exec), so a claim runs a few statements, not one per
+// subscriber.
+func (s *Store) claimBatch(ctx context.Context, tx *sql.Tx, asks []claimAsk, now, leaseUntil int64, token string) ([]claimedRow, error) {
 	var out []claimedRow
 	bySub := make(map[string]*claimAsk, len(asks))
 	for i := range asks {
 		bySub[asks[i].c.id] = &asks[i]
 	}
 	for _, kind := range []string{"attempts = 0", "attempts > 0"} {
-		args := []any{token, leaseUntil, now}
-		var n int
-		for _, a := range asks {
-			if missing := a.n - a.got; missing > 0 {
-				args = append(args, a.c.id, now, missing)
-				n++
+		var missing []*claimAsk
+		for i := range asks {
+			if asks[i].n > asks[i].got {
+				missing = append(missing, &asks[i])
 			}
 		}
-		if n == 0 {
-			break
-		}
-		rows, err := tx.QueryContext(ctx, claimSQL(kind, n), args...)
-		if err != nil {
-			return nil, fmt.Errorf("claim: %w", err)
-		}
-		for rows.Next() {
-			var r claimedRow
-			if err := rows.Scan(&r.seq, &r.eventSeq, &r.attempts, &r.coalesceKey, &r.ageFrom, &r.subID); err != nil {
-				rows.Close()
+		for len(missing) > 0 {
+			chunk := missing[:min(len(missing), claimChunk)]
+			missing = missing[len(chunk):]
+			args := []any{token, leaseUntil, now}
+			for _, a := range chunk {
+				args = append(args, a.c.id, now, a.n-a.got)
+			}
+			got, err := s.claimKind(ctx, tx, claimSQL(kind, len(chunk)), args)
+			if err != nil {
 				return nil, err
 			}
-			out = append(out, r)
-			bySub[r.subID].got++
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, err
+			for _, r := range got {
+				bySub[r.subID].got++
+			}
+			out = append(out, got...)
 		}
 	}
 	return out, nil
+}
+
+// claimChunk is the most subscribers one claim statement serves: it bounds the statement texts,
+// each prepared once.
+const claimChunk = 16
+
+// claimKind runs one claim statement.
+func (s *Store) claimKind(ctx context.Context, tx *sql.Tx, q string, args []any) ([]claimedRow, error) {
+	rows, err := s.query(ctx, tx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	defer rows.Close()
+	var out []claimedRow
+	for rows.Next() {
+		var r claimedRow
+		if err := rows.Scan(&r.seq, &r.eventSeq, &r.attempts, &r.coalesceKey, &r.ageFrom, &r.subID); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
 }
 
 // claimSQL leases due deliveries of one kind (first attempts or retries) for n subscribers: one
@@ -321,9 +337,9 @@ func claimSQL(kind string, n int) string {
 }
 
 // hasDue reports whether a subscriber has a pending delivery due at now.
-func hasDue(ctx context.Context, tx *sql.Tx, subID string, now int64) (bool, error) {
+func (s *Store) hasDue(ctx context.Context, tx *sql.Tx, subID string, now int64) (bool, error) {
 	var due bool
-	err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM deliveries INDEXED BY deliveries_due_first WHERE subscriber_id = ?1 AND status = 'pending' AND attempts = 0 AND next_attempt_at <= ?2)
+	err := s.queryRow(ctx, tx, `SELECT EXISTS (SELECT 1 FROM deliveries INDEXED BY deliveries_due_first WHERE subscriber_id = ?1 AND status = 'pending' AND attempts = 0 AND next_attempt_at <= ?2)
 		OR EXISTS (SELECT 1 FROM deliveries INDEXED BY deliveries_due_retry WHERE subscriber_id = ?1 AND status = 'pending' AND attempts > 0 AND next_attempt_at <= ?2)`, subID, now).Scan(&due)
 	return due, err
 }
@@ -348,7 +364,7 @@ func (s *Store) completeClaims(ctx context.Context, tx *sql.Tx, rows []claimedRo
 	}
 	list, _ := json.Marshal(seqs)
 	// One statement text for any number of events (a JSON array), so it is prepared once.
-	q, err := tx.QueryContext(ctx, `SELECT seq, id, type, body, coalesce_key, created_at FROM events WHERE seq IN (SELECT value FROM json_each(?))`, string(list))
+	q, err := s.query(ctx, tx, `SELECT seq, id, type, body, coalesce_key, created_at FROM events WHERE seq IN (SELECT value FROM json_each(?))`, string(list))
 	if err != nil {
 		return nil, err
 	}

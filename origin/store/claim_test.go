@@ -57,6 +57,36 @@ func TestClaimIsFairAcrossSubscribers(t *testing.T) {
 	}
 }
 
+// TestClaimServesMoreSubscribersThanOneStatement: past claimChunk subscribers a claim runs several
+// statements per kind, and each subscriber still gets its share, twice (the second claim runs the
+// prepared statements).
+func TestClaimServesMoreSubscribersThanOneStatement(t *testing.T) {
+	t.Parallel()
+	s, clk := open(t, Options{})
+	n := claimChunk*2 + 3
+	for i := range n {
+		mustSub(t, s, SubscriberInput{ID: fmt.Sprintf("s%02d", i)})
+	}
+	emitN(t, s, "x", 10)
+	for range 2 {
+		got := bySub(claim(t, s, clk.Now(), 2*n))
+		if len(got) != n {
+			t.Fatalf("claimed for %d subscribers, want %d: %v", len(got), n, got)
+		}
+		for id, k := range got {
+			if k != 2 {
+				t.Fatalf("claimed %d for %s, want 2 each: %v", k, id, got)
+			}
+		}
+		s.stmtMu.Lock()
+		prepared := s.stmts[claimSQL("attempts = 0", claimChunk)] != nil
+		s.stmtMu.Unlock()
+		if !prepared {
+			t.Fatal("the claim statement was not prepared after its first use")
+		}
+	}
+}
+
 func TestClaimPrefersFirstAttempts(t *testing.T) {
 	t.Parallel()
 	s, clk := open(t, Options{})

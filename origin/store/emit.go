@@ -173,7 +173,7 @@ func (s *Store) commitGroup(group []*emitReq) {
 				p.add(r)
 			}
 		}
-		if err := p.write(ctx, tx, ms(s.Now()), s.insertDeliveries[:]); err != nil {
+		if err := p.write(ctx, tx, ms(s.Now())); err != nil {
 			return err
 		}
 		superseded, created = p.superseded, p.created
@@ -230,6 +230,7 @@ type resultRef struct {
 
 // groupPlan is what a group will write, decided in Go before any write.
 type groupPlan struct {
+	s          *Store
 	subs       []*Subscriber
 	cap        int64
 	depth      int64                   // deliveries pending or in flight, with those planned
@@ -248,9 +249,9 @@ type groupPlan struct {
 // newGroupPlan reads what planning needs: the queue depth, the backlogs, and which of the group's
 // ids exist. The counts cannot change under the plan: the transaction holds the write lock.
 func (s *Store) newGroupPlan(ctx context.Context, tx *sql.Tx, group []*emitReq, subs []*Subscriber) (*groupPlan, error) {
-	p := &groupPlan{subs: subs, cap: s.opts.GlobalCap, known: map[string]*storedEvent{}, latest: map[[2]string]int{},
+	p := &groupPlan{s: s, subs: subs, cap: s.opts.GlobalCap, known: map[string]*storedEvent{}, latest: map[[2]string]int{},
 		firstKey: map[[2]string]resultRef{}, dups: map[int64][]resultRef{}, pending: map[string]int64{}}
-	counts, err := tx.QueryContext(ctx, `SELECT subscriber_id, status, n FROM queue_counts WHERE status IN ('pending', 'leased')`)
+	counts, err := s.query(ctx, tx, `SELECT subscriber_id, status, n FROM queue_counts WHERE status IN ('pending', 'leased')`)
 	if err != nil {
 		return nil, err
 	}
@@ -281,7 +282,7 @@ func (s *Store) newGroupPlan(ctx context.Context, tx *sql.Tx, group []*emitReq, 
 	if err != nil {
 		return nil, err
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT id, seq, body_hash FROM events WHERE id IN (SELECT value FROM json_each(?))`, string(list))
+	rows, err := s.query(ctx, tx, `SELECT id, seq, body_hash FROM events WHERE id IN (SELECT value FROM json_each(?))`, string(list))
 	if err != nil {
 		return nil, err
 	}
@@ -389,7 +390,7 @@ func (p *groupPlan) add(r *emitReq) {
 
 // write stores the plan: the events, the supersedes of stored pending deliveries, the new
 // deliveries, and the delivery counts that re-emits of stored events report.
-func (p *groupPlan) write(ctx context.Context, tx *sql.Tx, now int64, insert []*sql.Stmt) error {
+func (p *groupPlan) write(ctx context.Context, tx *sql.Tx, now int64) error {
 	if err := p.countDuplicates(ctx, tx); err != nil {
 		return err
 	}
@@ -402,7 +403,7 @@ func (p *groupPlan) write(ctx context.Context, tx *sql.Tx, now int64, insert []*
 	}
 	// The ids were checked absent inside this write transaction: a conflict here is a bug, and
 	// fails the group.
-	rows, err := tx.QueryContext(ctx, `INSERT INTO events(id, type, body, body_hash, coalesce_key, created_at)
+	rows, err := p.s.query(ctx, tx, `INSERT INTO events(id, type, body, body_hash, coalesce_key, created_at)
 		SELECT value->>'id', value->>'t', CAST(value->>'b' AS BLOB), unhex(value->>'h'), value->>'k', ?1 FROM jsonb_each(?2)
 		RETURNING id, seq`, now, string(data))
 	if err != nil {
@@ -438,7 +439,7 @@ func (p *groupPlan) write(ctx context.Context, tx *sql.Tx, now int64, insert []*
 		for _, r := range rest[:deliveryChunks[k]] {
 			args = append(args, seqs[p.events[r.Event].ID], r.Sub, string(r.Status), r.Key)
 		}
-		if _, err := tx.StmtContext(ctx, insert[k]).ExecContext(ctx, args...); err != nil {
+		if _, err := p.s.exec(ctx, tx, insertDeliveriesSQL[k], args...); err != nil {
 			return err
 		}
 		rest = rest[deliveryChunks[k]:]
@@ -446,19 +447,22 @@ func (p *groupPlan) write(ctx context.Context, tx *sql.Tx, now int64, insert []*
 	return p.countRows(ctx, tx)
 }
 
-// deliveryChunks are the row counts of the prepared delivery INSERTs (Store.insertDeliveries),
-// largest first: a group's rows are written by a few executions of statements compiled once. Bound
-// values cost less than a JSON array read with ->> (a sixth of an emit's CPU).
+// deliveryChunks are the row counts of the (prepared) delivery INSERTs, largest first: a group's
+// rows are written by a few executions of statements compiled once. Bound values cost less than a
+// JSON array read with ->> (a sixth of an emit's CPU).
 var deliveryChunks = [...]int{256, 64, 16, 4, 1}
 
-// insertDeliveriesSQL inserts n deliveries created at the first parameter; then each row binds its
-// event seq, subscriber, status and coalesce key. The parameters are anonymous: the driver looks
-// every numbered one up by name, a walk of the statement's list of names each.
-func insertDeliveriesSQL(n int) string {
-	return `INSERT INTO deliveries(event_seq, subscriber_id, status, coalesce_key, next_attempt_at, age_from, created_at, updated_at)
+// insertDeliveriesSQL are the INSERTs of deliveryChunks rows created at the first parameter; then
+// each row binds its event seq, subscriber, status and coalesce key. The parameters are anonymous:
+// the driver looks every numbered one up by name, a walk of the statement's list of names each.
+var insertDeliveriesSQL = func() (out [len(deliveryChunks)]string) {
+	for i, n := range deliveryChunks {
+		out[i] = `INSERT INTO deliveries(event_seq, subscriber_id, status, coalesce_key, next_attempt_at, age_from, created_at, updated_at)
 		SELECT v.column1, v.column2, v.column3, v.column4, t.now, t.now, t.now, t.now
 		FROM (SELECT ? AS now) AS t, (VALUES ` + strings.Repeat("(?, ?, ?, ?), ", n-1) + `(?, ?, ?, ?)) AS v`
-}
+	}
+	return out
+}()
 
 // countRows adds the inserted deliveries to queue_counts, one row per (subscriber, status), in one
 // statement (no trigger counts inserts: see migration 0003).
@@ -484,7 +488,7 @@ func (p *groupPlan) countRows(ctx context.Context, tx *sql.Tx) error {
 		return err
 	}
 	// WHERE true: an upsert's SELECT needs a WHERE clause, or ON CONFLICT parses as a join constraint.
-	_, err = tx.ExecContext(ctx, `INSERT INTO queue_counts(subscriber_id, status, n)
+	_, err = p.s.exec(ctx, tx, `INSERT INTO queue_counts(subscriber_id, status, n)
 		SELECT value->>'s', value->>'st', value->>'n' FROM jsonb_each(?) WHERE true
 		ON CONFLICT(subscriber_id, status) DO UPDATE SET n = n + excluded.n`, string(data))
 	return err
@@ -500,7 +504,7 @@ func (p *groupPlan) countDuplicates(ctx context.Context, tx *sql.Tx) error {
 		seqs = append(seqs, seq)
 	}
 	list, _ := json.Marshal(seqs)
-	rows, err := tx.QueryContext(ctx, `SELECT event_seq, count(*) FROM deliveries WHERE event_seq IN (SELECT value FROM json_each(?)) GROUP BY event_seq`, string(list))
+	rows, err := p.s.query(ctx, tx, `SELECT event_seq, count(*) FROM deliveries WHERE event_seq IN (SELECT value FROM json_each(?)) GROUP BY event_seq`, string(list))
 	if err != nil {
 		return err
 	}
@@ -529,7 +533,7 @@ func (p *groupPlan) supersedeStored(ctx context.Context, tx *sql.Tx, now int64) 
 		pairs = append(pairs, k)
 	}
 	data, _ := json.Marshal(pairs)
-	rows, err := tx.QueryContext(ctx, supersedeSQL, now, string(data))
+	rows, err := p.s.query(ctx, tx, supersedeSQL, now, string(data))
 	if err != nil {
 		return err
 	}
@@ -608,7 +612,7 @@ func (s *Store) trimBacklogs(ctx context.Context, tx *sql.Tx, pending map[string
 		if excess <= 0 {
 			continue
 		}
-		r, err := tx.ExecContext(ctx, `UPDATE deliveries SET status = 'dead', reason = ?1, last_error = 'backlog cap reached', updated_at = ?2
+		r, err := s.exec(ctx, tx, `UPDATE deliveries SET status = 'dead', reason = ?1, last_error = 'backlog cap reached', updated_at = ?2
 			WHERE seq IN (`+pendingOfSQL+`)`, ReasonBacklogOverflow, ms(s.Now()), id, excess)
 		if err != nil {
 			return 0, err

@@ -90,12 +90,12 @@ func (s *Store) Settle(ctx context.Context, now time.Time, policy CircuitPolicy,
 		return 0, err
 	}
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		attempts, err := settleDeliveries(ctx, tx, batch, ms(now))
+		attempts, err := s.settleDeliveries(ctx, tx, batch, ms(now))
 		if err != nil {
 			return fmt.Errorf("settle: %w", err)
 		}
 		stale = len(items) - len(attempts)
-		if err := logAttempts(ctx, tx, items, attempts); err != nil {
+		if err := s.logAttempts(ctx, tx, items, attempts); err != nil {
 			return fmt.Errorf("settle: attempts: %w", err)
 		}
 		var order []string
@@ -110,7 +110,7 @@ func (s *Store) Settle(ctx context.Context, now time.Time, policy CircuitPolicy,
 			}
 			bySub[it.SubscriberID] = append(bySub[it.SubscriberID], it)
 		}
-		return settleSubscribers(ctx, tx, order, bySub, now, policy)
+		return s.settleSubscribers(ctx, tx, order, bySub, now, policy)
 	})
 	return stale, err
 }
@@ -155,8 +155,8 @@ const unsentStatus = `CASE WHEN (SELECT state FROM subscribers WHERE id = delive
 // attempt count of each delivery settled. The unary + keeps the planner from driving the join from
 // the status index (a scan of every leased row per batch row): it walks the batch and looks each
 // delivery up by its primary key.
-func settleDeliveries(ctx context.Context, tx *sql.Tx, batch []byte, now int64) (map[int64]int, error) {
-	rows, err := tx.QueryContext(ctx, `UPDATE deliveries SET
+func (s *Store) settleDeliveries(ctx context.Context, tx *sql.Tx, batch []byte, now int64) (map[int64]int, error) {
+	rows, err := s.query(ctx, tx, `UPDATE deliveries SET
 			status = CASE j.status WHEN 'unsent' THEN `+unsentStatus+` ELSE j.status END,
 			attempts = deliveries.attempts + j.inc,
 			next_attempt_at = CASE WHEN j.next > 0 THEN j.next ELSE deliveries.next_attempt_at END,
@@ -187,7 +187,7 @@ func settleDeliveries(ctx context.Context, tx *sql.Tx, batch []byte, now int64) 
 }
 
 // logAttempts inserts the attempt records of the settled items in one statement.
-func logAttempts(ctx context.Context, tx *sql.Tx, items []Settlement, done map[int64]int) error {
+func (s *Store) logAttempts(ctx context.Context, tx *sql.Tx, items []Settlement, done map[int64]int) error {
 	type row struct {
 		Seq     int64  `json:"seq"`
 		Number  int    `json:"number"`
@@ -216,7 +216,7 @@ func logAttempts(ctx context.Context, tx *sql.Tx, items []Settlement, done map[i
 	if err != nil {
 		return err
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO attempts(delivery_seq, number, at, status, latency_ms, outcome, error, excerpt)
+	_, err = s.exec(ctx, tx, `INSERT INTO attempts(delivery_seq, number, at, status, latency_ms, outcome, error, excerpt)
 		SELECT value->>'seq', value->>'number', value->>'at', value->>'status', value->>'latency', value->>'outcome',
 			value->>'error', value->>'excerpt' FROM jsonb_each(?)`, string(data))
 	return err
@@ -236,7 +236,7 @@ type limiterState struct {
 // disable (410), the latest Retry-After pause, and the circuit breaker folded over every success
 // and failure. The limiter rows are read with one statement and only the changed ones written with
 // another: in the common case (successes on a closed circuit) nothing is written.
-func settleSubscribers(ctx context.Context, tx *sql.Tx, order []string, bySub map[string][]*Settlement, now time.Time, policy CircuitPolicy) error {
+func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []string, bySub map[string][]*Settlement, now time.Time, policy CircuitPolicy) error {
 	var ids []string
 	for _, id := range order {
 		news := false
@@ -259,7 +259,7 @@ func settleSubscribers(ctx context.Context, tx *sql.Tx, order []string, bySub ma
 		return nil
 	}
 	list, _ := json.Marshal(ids)
-	rows, err := tx.QueryContext(ctx, `SELECT subscriber_id, consecutive_failures, circuit, circuit_until, circuit_opens, paused_until
+	rows, err := s.query(ctx, tx, `SELECT subscriber_id, consecutive_failures, circuit, circuit_until, circuit_opens, paused_until
 		FROM limiter WHERE subscriber_id IN (SELECT value FROM json_each(?))`, string(list))
 	if err != nil {
 		return err
@@ -280,7 +280,7 @@ func settleSubscribers(ctx context.Context, tx *sql.Tx, order []string, bySub ma
 		return err
 	}
 	data, _ := json.Marshal(changed)
-	_, err = tx.ExecContext(ctx, `UPDATE limiter SET consecutive_failures = j.failures, circuit = j.circuit, circuit_until = j.until,
+	_, err = s.exec(ctx, tx, `UPDATE limiter SET consecutive_failures = j.failures, circuit = j.circuit, circuit_until = j.until,
 			circuit_opens = j.opens, paused_until = j.paused
 		FROM (SELECT value->>'id' AS id, value->>'failures' AS failures, value->>'circuit' AS circuit, value->>'until' AS until,
 			value->>'opens' AS opens, value->>'paused' AS paused FROM jsonb_each(?)) AS j

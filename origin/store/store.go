@@ -128,8 +128,10 @@ type Store struct {
 	closeMu  sync.Once
 	closeErr error
 
-	// insertDeliveries are prepared on w, one per deliveryChunks size.
-	insertDeliveries [len(deliveryChunks)]*sql.Stmt
+	// stmts are statements prepared on w, by text; wanted are texts to prepare (see prepared).
+	stmtMu sync.Mutex
+	stmts  map[string]*sql.Stmt
+	wanted map[string]bool
 
 	subsMu   sync.Mutex
 	subsVer  string        // meta subscribers_version the cache was loaded at
@@ -171,16 +173,10 @@ func openVersion(ctx context.Context, opts Options, version int) (*Store, error)
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
 	s := &Store{opts: opts, w: w, emits: make(chan *emitReq, MaxBatchEvents), wake: make(chan struct{}, 1),
-		stop: make(chan struct{}), done: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}), stmts: map[string]*sql.Stmt{}, wanted: map[string]bool{}}
 	if err := s.migrate(ctx, version); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("open %s: %w", opts.Path, err)
-	}
-	for i, n := range deliveryChunks {
-		if s.insertDeliveries[i], err = w.PrepareContext(ctx, insertDeliveriesSQL(n)); err != nil {
-			w.Close()
-			return nil, fmt.Errorf("open %s: prepare: %w", opts.Path, err)
-		}
 	}
 	r, err := sql.Open("sqlite", dsn("&_pragma=query_only(1)"))
 	if err != nil {
@@ -205,9 +201,12 @@ func (s *Store) Close() error {
 		close(s.stop)
 		<-s.done
 		errs := []error{s.r.Close()}
-		for _, st := range s.insertDeliveries {
+		s.stmtMu.Lock()
+		for _, st := range s.stmts {
 			errs = append(errs, st.Close())
 		}
+		s.stmts = nil // prepareWanted closes what it prepares after this
+		s.stmtMu.Unlock()
 		s.closeErr = errors.Join(append(errs, s.w.Close())...)
 	})
 	return s.closeErr
@@ -289,6 +288,7 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // inTx runs fn in a write transaction (BEGIN IMMEDIATE) and commits it.
 func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	defer s.prepareWanted(ctx)
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -298,6 +298,72 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		return err
 	}
 	return tx.Commit()
+}
+
+// The hot paths (emit, claim, settle) run their statements through exec, query and queryRow.
+// Since modernc.org/sqlite v1.41 a database/sql prepared statement keeps its compiled program,
+// while tx.ExecContext(q) compiles q again on every call (a good part of a claim's CPU). Preparing
+// needs the writer's one connection, which the transaction holds, so the first use of a text runs
+// it unprepared and asks for it; inTx prepares what was asked once the transaction is over. Only
+// texts from a bounded set may go through here: the cache is never trimmed.
+
+// prepared returns q's statement for tx, or nil (then asking for it).
+func (s *Store) prepared(ctx context.Context, tx *sql.Tx, q string) *sql.Stmt {
+	s.stmtMu.Lock()
+	defer s.stmtMu.Unlock()
+	st, ok := s.stmts[q]
+	if !ok {
+		s.wanted[q] = true
+		return nil
+	}
+	return tx.StmtContext(ctx, st)
+}
+
+// prepareWanted prepares the statements asked for. A failure is left to the next use, which
+// runs the text unprepared and reports the error if it is the statement's own. The lock is not
+// held while preparing: a transaction holding the connection may be waiting for it.
+func (s *Store) prepareWanted(ctx context.Context) {
+	s.stmtMu.Lock()
+	var todo []string
+	for q := range s.wanted {
+		todo = append(todo, q)
+		delete(s.wanted, q)
+	}
+	s.stmtMu.Unlock()
+	for _, q := range todo {
+		st, err := s.w.PrepareContext(ctx, q)
+		if err != nil {
+			continue
+		}
+		s.stmtMu.Lock()
+		if _, dup := s.stmts[q]; dup || s.stmts == nil {
+			st.Close()
+		} else {
+			s.stmts[q] = st
+		}
+		s.stmtMu.Unlock()
+	}
+}
+
+func (s *Store) exec(ctx context.Context, tx *sql.Tx, q string, args ...any) (sql.Result, error) {
+	if st := s.prepared(ctx, tx, q); st != nil {
+		return st.ExecContext(ctx, args...)
+	}
+	return tx.ExecContext(ctx, q, args...)
+}
+
+func (s *Store) query(ctx context.Context, tx *sql.Tx, q string, args ...any) (*sql.Rows, error) {
+	if st := s.prepared(ctx, tx, q); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return tx.QueryContext(ctx, q, args...)
+}
+
+func (s *Store) queryRow(ctx context.Context, tx *sql.Tx, q string, args ...any) *sql.Row {
+	if st := s.prepared(ctx, tx, q); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return tx.QueryRowContext(ctx, q, args...)
 }
 
 // randomHex returns n random bytes in hex.

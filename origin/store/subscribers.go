@@ -453,7 +453,7 @@ func (s *Store) RotateSecret(ctx context.Context, id string, overlap time.Durati
 // any process changed a subscriber since the last load.
 func (s *Store) matchingSubscribers(ctx context.Context, tx *sql.Tx) ([]*Subscriber, error) {
 	var ver string
-	if err := tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'subscribers_version'`).Scan(&ver); err != nil {
+	if err := s.queryRow(ctx, tx, `SELECT value FROM meta WHERE key = 'subscribers_version'`).Scan(&ver); err != nil {
 		return nil, err
 	}
 	s.subsMu.Lock()

@@ -69,7 +69,8 @@ func (c *candidate) held(res *ClaimResult) {
 
 // Claim leases up to p.Limit due deliveries in one write transaction:
 //
-//   - Leases that expired (a crashed or stuck engine) are returned to pending first.
+//   - Leases that expired (a crashed or stuck engine) are returned to pending first, by the first
+//     claim in each rescueInterval of claim time.
 //   - Subscribers are served round robin (least recently claimed first), each at most its fair
 //     share of the limit in a first pass, so a subscriber with 100,000 due deliveries cannot delay
 //     one with 1; a second pass hands the unused share to those that had more.
@@ -87,11 +88,15 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 	now := ms(p.Now)
 	leaseUntil := ms(p.Now.Add(p.LeaseDuration))
 	token := randomHex(16)
+	last := s.rescuedAt.Load()
+	rescue := last == 0 || now < last || now-last >= rescueInterval.Milliseconds()
 	var res ClaimResult
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		res = ClaimResult{}
-		if err := s.rescueExpired(ctx, tx, now); err != nil {
-			return fmt.Errorf("claim: rescue expired leases: %w", err)
+		if rescue {
+			if err := s.rescueExpired(ctx, tx, now); err != nil {
+				return fmt.Errorf("claim: rescue expired leases: %w", err)
+			}
 		}
 		cands, err := s.claimCandidates(ctx, tx, now)
 		if err != nil {
@@ -158,8 +163,16 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 	if err != nil {
 		return ClaimResult{}, err
 	}
+	if rescue {
+		s.rescuedAt.Store(now)
+	}
 	return res, nil
 }
+
+// rescueInterval is how often (in claim time) a claim first looks for expired leases: the look
+// reads every leased delivery, thousands when the engine has many in flight, and a lease is at
+// least a second long.
+const rescueInterval = time.Second
 
 // rescueExpired returns deliveries whose lease expired (their engine crashed or hung) to pending.
 // It looks before it writes: the UPDATE compiles the counting triggers, the look does not, and

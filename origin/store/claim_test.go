@@ -161,6 +161,34 @@ func TestClaimInFlightCapAndPause(t *testing.T) {
 	}
 }
 
+// TestExpiredLeasesAreLookedForOncePerInterval: a claim looks for expired leases only when
+// rescueInterval of claim time has passed since the last look, so a lease that expired in between
+// waits for the next look.
+func TestExpiredLeasesAreLookedForOncePerInterval(t *testing.T) {
+	t.Parallel()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	mustEmit(t, s, "e", "t", `{}`)
+	short := func() []Claimed {
+		res, err := s.Claim(context.Background(), ClaimParams{Now: clk.Now(), Limit: 1, LeaseDuration: rescueInterval / 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Deliveries
+	}
+	if got := short(); len(got) != 1 { // looks (the first claim), then leases
+		t.Fatalf("first claim took %d", len(got))
+	}
+	clk.Advance(rescueInterval / 2) // the lease has expired, the next look is not due
+	if got := short(); len(got) != 0 {
+		t.Fatalf("claimed %d before the next look for expired leases", len(got))
+	}
+	clk.Advance(rescueInterval / 2)
+	if got := short(); len(got) != 1 {
+		t.Fatalf("claimed %d once the look was due, want the expired lease", len(got))
+	}
+}
+
 func TestExpiredLeaseIsReclaimedAndStaleSettleIgnored(t *testing.T) {
 	t.Parallel()
 	s, clk := open(t, Options{})

@@ -137,9 +137,10 @@ type Store struct {
 	subsVer  string        // meta subscribers_version the cache was loaded at
 	subsList []*Subscriber // cache of non-disabled subscribers for emit matching
 
-	counters Counters
-	commits  atomic.Int64 // group-commit transactions, for tests
-	enqueued atomic.Int64 // emit requests handed to the committer, for tests
+	counters  Counters
+	rescuedAt atomic.Int64 // claim time (unix ms) of the last look for expired leases
+	commits   atomic.Int64 // group-commit transactions, for tests
+	enqueued  atomic.Int64 // emit requests handed to the committer, for tests
 }
 
 // Open opens (creating if needed) the database at opts.Path, applies pending migrations and starts

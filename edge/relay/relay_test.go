@@ -161,8 +161,13 @@ func TestForwardedHeaders(t *testing.T) {
 		"Webhook-Id": "evt_1", "Content-Type": "application/json", "X-VVV-Signature": "sha256=ab",
 		"Host": "edge.example", "Content-Length": "7", "Connection": "keep-alive", "CF-Connecting-IP": "192.0.2.1",
 		"X-Forwarded-For": "192.0.2.1", "X-Real-IP": "192.0.2.1", "Edgehook-Unknown": "x", "X-Token": "from-origin",
+		"Keep-Alive": "timeout=5", "Proxy-Connection": "close", "Proxy-Authorization": "Basic x", "TE": "trailers",
+		"Trailer": "X", "Transfer-Encoding": "chunked", "Upgrade": "h2c",
+		// Near misses of stripped names are forwarded.
+		"Hosts": "h", "Upgrade-Insecure-Requests": "1", "Tea": "t", "Content-Language": "en", "Edgehook": "e",
 	}))
-	want := relay.Header{"webhook-id": "evt_1", "content-type": "application/json", "x-vvv-signature": "sha256=ab", "x-token": "t"}
+	want := relay.Header{"webhook-id": "evt_1", "content-type": "application/json", "x-vvv-signature": "sha256=ab", "x-token": "t",
+		"hosts": "h", "upgrade-insecure-requests": "1", "tea": "t", "content-language": "en", "edgehook": "e"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("forwarded %v, want %v", got, want)
 	}
@@ -285,6 +290,18 @@ func TestHeaderIsCaseInsensitive(t *testing.T) {
 	h.Set("X-Ünicode", "u")
 	if h.Get(strings.ToLower(long)) != "l" || h.Get(strings.ToUpper(long)) != "l" || h.Get("x-ünicode") != "u" || h.Get("X-ÜNICODE") != "u" {
 		t.Errorf("long or non-ASCII names: %v", h)
+	}
+	// Every ASCII byte, at every position of names of every length up to the buffer's 64 bytes,
+	// finds the entry strings.ToLower names.
+	for n := 1; n <= 64; n++ {
+		for c := range 128 {
+			name := []byte(strings.Repeat("Ab-", 22)[:n])
+			name[c%n] = byte(c)
+			h := relay.Header{strings.ToLower(string(name)): "v"}
+			if h.Get(string(name)) != "v" {
+				t.Fatalf("Get(%q) missed the entry %q", name, strings.ToLower(string(name)))
+			}
+		}
 	}
 }
 

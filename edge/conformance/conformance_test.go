@@ -91,9 +91,13 @@ func runNative(t *testing.T, suite *conformance.Suite, sc *conformance.Scenario,
 			t.Fatalf("step %d: %v", i+1, err)
 		}
 		sub.Script(st.Upstream)
-		resp := r.Handle(ctx, &relay.Request{Method: b.Method, Header: relay.Header(b.Header), Body: b.Body})
+		var h relay.Header
+		for k, v := range b.Header {
+			h.Set(k, v)
+		}
+		resp := r.Handle(ctx, &relay.Request{Method: b.Method, Header: h, Body: b.Body})
 		obs := &conformance.Observed{
-			Status: resp.Status, Header: resp.Header, Body: resp.Body, Received: sub.Received(),
+			Status: resp.Status, Header: resp.Header.Map(), Body: resp.Body, Received: sub.Received(),
 			SentBody: b.Body, WrittenAt: clk.Now(), Dedup: dedup,
 		}
 		if errs := conformance.Check(&st.Expect, obs); len(errs) > 0 {

@@ -275,7 +275,7 @@ func edgeError(format string, args ...any) *relay.Response {
 	msg := fmt.Sprintf(format, args...)
 	return &relay.Response{
 		Status: 500,
-		Header: relay.Header{"content-type": "text/plain; charset=utf-8"},
+		Header: relay.Header{{Name: "content-type", Value: "text/plain; charset=utf-8"}},
 		Body:   []byte("edge error: " + msg + "\n"),
 		Detail: msg,
 	}

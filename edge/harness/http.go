@@ -27,7 +27,7 @@ func NewHandler(r Relay, maxBody int64, log *slog.Logger) http.Handler {
 			http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		header := make(relay.Header, len(hr.Header))
+		header := make(relay.Header, 0, len(hr.Header))
 		for name, values := range hr.Header {
 			header.Set(name, strings.Join(values, ", ")) // as the Fetch API joins them
 		}
@@ -42,8 +42,8 @@ func NewHandler(r Relay, maxBody int64, log *slog.Logger) http.Handler {
 		}
 		h := w.Header()
 		h["Content-Type"] = nil // no sniffed type: like the Worker, send only what the relay set
-		for name, value := range resp.Header {
-			h.Set(name, value)
+		for _, f := range resp.Header {
+			h.Set(f.Name, f.Value)
 		}
 		w.WriteHeader(resp.Status)
 		_, _ = w.Write(resp.Body)

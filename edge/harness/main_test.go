@@ -121,8 +121,8 @@ func (e *env) addSubscriber(t testing.TB, id, url string) {
 
 // signedRequest is what the origin sends for one delivery.
 func signedRequest(deliveryID, subscriberID string, body []byte, now time.Time) *relay.Request {
-	h := relay.Header{"content-type": "application/json", "webhook-id": "evt_" + deliveryID}
+	h := relay.Header{{Name: "content-type", Value: "application/json"}, {Name: "webhook-id", Value: "evt_" + deliveryID}}
 	hop := &signature.Hop{DeliveryID: deliveryID, SubscriberID: subscriberID, EventType: "video.trending", Attempt: 1, Timestamp: now.Unix()}
-	signature.SetHopHeaders(h, []signature.Secret{edgeSecret}, hop, body)
+	signature.SetHopHeaders(&h, []signature.Secret{edgeSecret}, hop, body)
 	return &relay.Request{Method: "POST", Header: h, Body: body}
 }

@@ -41,8 +41,8 @@ func TestServerServesTheKVFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for k, v := range req.Header {
-		hreq.Header.Set(k, v)
+	for _, f := range req.Header {
+		hreq.Header.Set(f.Name, f.Value)
 	}
 	client := &http.Client{Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()

@@ -13,35 +13,62 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"time"
 )
 
-// Header is a header map with lower-case keys; Get, Set and Del take names in any case. A header
-// that appears several times is carried as one value joined with ", ", as the Fetch API does.
-// It satisfies signature.HeaderGetter and signature.HeaderSetter.
-type Header map[string]string
+// Header holds a request's or a response's headers: lower-case names, each once, in the order
+// they were set. Get, Set and Del take names in any case. A header that appears several times is
+// carried as one value joined with ", ", as the Fetch API does. *Header satisfies
+// signature.HeaderGetter and signature.HeaderSetter.
+//
+// A slice rather than a map: a request has a dozen headers, and in the WASM builds building,
+// searching and ranging over a map of that size costs several times the rest of the relay
+// (edge/harness BenchmarkGuestCalls); a scan of a dozen names compares little more than lengths.
+type Header []Field
+
+// Field is one header.
+type Field struct {
+	Name  string // lower-case
+	Value string
+}
 
 // Get returns the value of name, or "".
 func (h Header) Get(name string) string {
+	v, _ := h.Lookup(name)
+	return v
+}
+
+// Lookup returns the value of name and whether it is present.
+func (h Header) Lookup(name string) (string, bool) {
 	// Callers mostly pass capitalised names (wire.Header*), which strings.ToLower copies into a new
 	// string on every call; in the WASM builds that allocation, and a branch per byte, are a large
-	// share of a request (edge/harness BenchmarkGuestCalls). An ASCII name is lower-cased eight
-	// bytes at a time into a stack buffer instead: the compiler does not allocate for the
-	// h[string(buf)] index.
+	// share of a request. An ASCII name is lower-cased eight bytes at a time into a stack buffer
+	// instead.
 	var buf [64]byte
 	if len(name) > len(buf) {
-		return h[strings.ToLower(name)]
+		return h.lookupLower(strings.ToLower(name))
 	}
 	n := copy(buf[:], name)
 	for i := 0; i < n; i += 8 {
 		w := binary.LittleEndian.Uint64(buf[i:])
 		if w&0x8080808080808080 != 0 { // not ASCII
-			return h[strings.ToLower(name)]
+			return h.lookupLower(strings.ToLower(name))
 		}
 		binary.LittleEndian.PutUint64(buf[i:], lowerASCII(w))
 	}
-	return h[string(buf[:n])]
+	return h.lookupLower(string(buf[:n]))
+}
+
+// lookupLower is Lookup of a lower-case name.
+func (h Header) lookupLower(name string) (string, bool) {
+	for i := range h {
+		if h[i].Name == name {
+			return h[i].Value, true
+		}
+	}
+	return "", false
 }
 
 // lowerASCII lower-cases the eight ASCII bytes of w: a byte gets 0x20 added when adding 0x3f sets
@@ -52,11 +79,34 @@ func lowerASCII(w uint64) uint64 {
 	return w | upper>>2
 }
 
-// Set replaces the value of name.
-func (h Header) Set(name, value string) { h[strings.ToLower(name)] = value }
+// Set replaces the value of name, or adds name at the end.
+func (h *Header) Set(name, value string) { h.setLower(strings.ToLower(name), value) }
+
+// setLower is Set of a lower-case name.
+func (h *Header) setLower(name, value string) {
+	for i := range *h {
+		if (*h)[i].Name == name {
+			(*h)[i].Value = value
+			return
+		}
+	}
+	*h = append(*h, Field{name, value})
+}
 
 // Del removes name.
-func (h Header) Del(name string) { delete(h, strings.ToLower(name)) }
+func (h *Header) Del(name string) {
+	name = strings.ToLower(name)
+	*h = slices.DeleteFunc(*h, func(f Field) bool { return f.Name == name })
+}
+
+// Map returns the headers as a map, lower-case name to value.
+func (h Header) Map() map[string]string {
+	m := make(map[string]string, len(h))
+	for _, f := range h {
+		m[f.Name] = f.Value
+	}
+	return m
+}
 
 // Request is one request from the origin to the edge.
 type Request struct {

@@ -150,7 +150,7 @@ func (r *Relay) coalesced(mark *KVRead, window time.Duration) *Response {
 	}
 	secs := int64((left + time.Second - 1) / time.Second)
 	resp := answer(429, wire.OutcomeCoalesced, "%s was forwarded less than %s ago; retry in %ds", mark.Key, window, secs)
-	resp.Header[keyRetryAfter] = strconv.FormatInt(secs, 10)
+	resp.Header = append(resp.Header, Field{keyRetryAfter, strconv.FormatInt(secs, 10)})
 	return resp
 }
 
@@ -171,19 +171,19 @@ func (r *Relay) forward(ctx context.Context, req *Request, hop *signature.Hop, r
 		} else {
 			resp = answer(502, wire.OutcomeUpstreamUnreachable, "subscriber %s unreachable: %v", hop.SubscriberID, err)
 		}
-		resp.Header[keyUpstreamLatency] = latency
+		resp.Header = append(resp.Header, Field{keyUpstreamLatency, latency})
 		return resp
 	}
 	resp := &Response{
 		Status: up.Status,
-		Header: Header{keyOutcome: string(wire.OutcomeForwarded), keyUpstreamLatency: latency},
+		Header: append(make(Header, 0, 4), Field{keyOutcome, string(wire.OutcomeForwarded)}, Field{keyUpstreamLatency, latency}),
 		Body:   excerpt(up.Body),
 	}
-	if ra := up.Header[keyRetryAfter]; ra != "" {
-		resp.Header[keyRetryAfter] = ra
+	if ra, _ := up.Header.lookupLower(keyRetryAfter); ra != "" {
+		resp.Header = append(resp.Header, Field{keyRetryAfter, ra})
 	}
-	if ct := up.Header[keyContentType]; ct != "" && len(resp.Body) > 0 {
-		resp.Header[keyContentType] = ct
+	if ct, _ := up.Header.lookupLower(keyContentType); ct != "" && len(resp.Body) > 0 {
+		resp.Header = append(resp.Header, Field{keyContentType, ct})
 	}
 	if up.Status < 200 || up.Status > 299 {
 		return resp
@@ -247,14 +247,11 @@ func stripped(k string) bool {
 // forwardHeader returns the headers sent to the subscriber: the origin's, minus the stripped
 // ones, plus the record's extra headers.
 func forwardHeader(in Header, extra map[string]string) Header {
-	// At most 8 entries fit in one group of a small map; a hint above 8 (len(in) counts the
-	// stripped hop headers too) would allocate a full table for the few forwarded ones.
-	out := make(Header, min(len(in)+len(extra), 8))
-	for k, v := range in {
-		if stripped(k) {
-			continue
+	out := make(Header, 0, len(in)+len(extra))
+	for _, f := range in {
+		if !stripped(f.Name) {
+			out = append(out, f)
 		}
-		out[k] = v
 	}
 	for k, v := range extra {
 		out.Set(k, v)
@@ -274,7 +271,8 @@ func answer(status int, outcome wire.Outcome, format string, args ...any) *Respo
 	detail := string(outcome) + ": " + fmt.Sprintf(format, args...)
 	return &Response{
 		Status: status,
-		Header: Header{keyOutcome: string(outcome), keyContentType: "text/plain; charset=utf-8"},
+		// Room for the one or two headers callers add.
+		Header: append(make(Header, 0, 4), Field{keyOutcome, string(outcome)}, Field{keyContentType, "text/plain; charset=utf-8"}),
 		Body:   excerpt([]byte(detail + "\n")),
 		Detail: detail,
 	}

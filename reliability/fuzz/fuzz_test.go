@@ -143,10 +143,10 @@ func FuzzRelayHandle(f *testing.F) {
 // FuzzABIDecode decodes arbitrary bytes as each message of the harness's host ABI. The decoders
 // must not panic, and whatever decodes must re-encode to a message that decodes to the same value.
 func FuzzABIDecode(f *testing.F) {
-	f.Add(abi.EncodeRequest(nil, &relay.Request{Method: "POST", Header: relay.Header{"a": "b"}, Body: []byte("x")}))
-	f.Add(abi.EncodeResponse(nil, &relay.Response{Status: 200, Header: relay.Header{"edgehook-outcome": "forwarded"}, Body: []byte("ok")}))
+	f.Add(abi.EncodeRequest(nil, &relay.Request{Method: "POST", Header: relay.Header{{Name: "a", Value: "b"}}, Body: []byte("x")}))
+	f.Add(abi.EncodeResponse(nil, &relay.Response{Status: 200, Header: relay.Header{{Name: "edgehook-outcome", Value: "forwarded"}}, Body: []byte("ok")}))
 	f.Add(abi.EncodeUpstreamRequest(nil, &relay.UpstreamRequest{URL: subURL, Header: relay.Header{}, Body: []byte("{}"), Timeout: time.Second}))
-	f.Add(abi.EncodeUpstreamResponse(nil, &relay.UpstreamResponse{Status: 503, Header: relay.Header{"retry-after": "1"}}))
+	f.Add(abi.EncodeUpstreamResponse(nil, &relay.UpstreamResponse{Status: 503, Header: relay.Header{{Name: "retry-after", Value: "1"}}}))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if r, err := abi.DecodeRequest(b); err == nil {

@@ -77,7 +77,7 @@ func misconfigured(detail string) *relay.Response {
 	outcome := string(wire.Rejected(wire.ReasonMisconfigured))
 	return &relay.Response{
 		Status: 500,
-		Header: relay.Header{"edgehook-outcome": outcome, "content-type": "text/plain; charset=utf-8"},
+		Header: relay.Header{{Name: "edgehook-outcome", Value: outcome}, {Name: "content-type", Value: "text/plain; charset=utf-8"}},
 		Body:   []byte(outcome + ": " + detail + "\n"),
 		Detail: detail,
 	}

@@ -61,24 +61,24 @@ func call(method string, args ...any) (js.Value, error) {
 // headerText renders headers as the loader's "name\nvalue\n…" form.
 func headerText(h relay.Header) string {
 	var b strings.Builder
-	for k, v := range h {
+	for _, f := range h {
 		if b.Len() > 0 {
 			b.WriteByte('\n')
 		}
-		b.WriteString(k)
+		b.WriteString(f.Name)
 		b.WriteByte('\n')
-		b.WriteString(v)
+		b.WriteString(f.Value)
 	}
 	return b.String()
 }
 
 // parseHeaderText reads the loader's "name\nvalue\n…" form (names lower-case, as Fetch gives).
 func parseHeaderText(s string) relay.Header {
-	h := relay.Header{}
+	h := make(relay.Header, 0, strings.Count(s, "\n")/2+1)
 	for s != "" {
 		name, rest, _ := strings.Cut(s, "\n")
 		value, rest2, _ := strings.Cut(rest, "\n")
-		h[strings.ToLower(name)] = value
+		h.Set(name, value)
 		s = rest2
 	}
 	return h

@@ -129,13 +129,12 @@ func appendBytes(dst, b []byte) []byte {
 	return append(dst, b...)
 }
 
-// appendHeader writes the pairs in map order: nothing compares encodings, and sorting costs the
-// guest more than the rest of the encoding.
+// appendHeader writes the fields in order.
 func appendHeader(dst []byte, h relay.Header) []byte {
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(h)))
-	for name, value := range h {
-		dst = appendString(dst, name)
-		dst = appendString(dst, value)
+	for _, f := range h {
+		dst = appendString(dst, f.Name)
+		dst = appendString(dst, f.Value)
 	}
 	return dst
 }
@@ -207,9 +206,9 @@ func (d *decoder) header() relay.Header {
 	all := string(d.b[:size])
 	d.b = rest
 	h := make(relay.Header, n)
-	for range n {
-		name := slice(&all)
-		h[name] = slice(&all)
+	for i := range h {
+		h[i].Name = slice(&all)
+		h[i].Value = slice(&all)
 	}
 	return h
 }

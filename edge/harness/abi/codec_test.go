@@ -10,7 +10,7 @@ import (
 )
 
 func TestRoundTrips(t *testing.T) {
-	h := relay.Header{"content-type": "application/json", "webhook-id": "evt_1", "empty": ""}
+	h := relay.Header{{Name: "content-type", Value: "application/json"}, {Name: "webhook-id", Value: "evt_1"}, {Name: "empty"}}
 	req := &relay.Request{Method: "POST", Header: h, Body: []byte(`{"a":1}`)}
 	resp := &relay.Response{Status: 429, Header: h, Body: []byte("slow down"), Detail: "coalesced"}
 	up := &relay.UpstreamRequest{URL: "http://127.0.0.1:9/x", Header: h, Body: []byte("b"), Timeout: 1500 * time.Millisecond}

@@ -44,8 +44,8 @@ func (c *Client) Do(ctx context.Context, req *relay.UpstreamRequest) (*relay.Ups
 	if err != nil {
 		return nil, fmt.Errorf("build request: %w", err)
 	}
-	for k, v := range req.Header {
-		hreq.Header.Set(k, v)
+	for _, f := range req.Header {
+		hreq.Header.Set(f.Name, f.Value)
 	}
 	resp, err := c.http.Do(hreq)
 	if err != nil {
@@ -56,7 +56,7 @@ func (c *Client) Do(ctx context.Context, req *relay.UpstreamRequest) (*relay.Ups
 	if err != nil && ctx.Err() != nil {
 		return nil, classify(ctx, err)
 	}
-	h := make(relay.Header, len(resp.Header))
+	h := make(relay.Header, 0, len(resp.Header))
 	for k, vs := range resp.Header {
 		h.Set(k, strings.Join(vs, ", "))
 	}

@@ -45,7 +45,7 @@ func TestDo(t *testing.T) {
 	defer close(release)
 	c := httpupstream.New(nil)
 	do := func(path string, timeout time.Duration) (*relay.UpstreamResponse, error) {
-		return c.Do(context.Background(), &relay.UpstreamRequest{URL: srv.URL + path, Header: relay.Header{"x-a": "1"}, Body: []byte("b"), Timeout: timeout})
+		return c.Do(context.Background(), &relay.UpstreamRequest{URL: srv.URL + path, Header: relay.Header{{Name: "x-a", Value: "1"}}, Body: []byte("b"), Timeout: timeout})
 	}
 
 	resp, err := do("/big", time.Second)

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -699,4 +700,31 @@ func TestMigrateFromVersion2KeepsTheQueue(t *testing.T) {
 		t.Fatalf("counts after resuming: %v, want both held deliveries pending", c)
 	}
 	// checkCounts compares every count with the table when the test ends.
+}
+
+// TestCheckpointsBesideTheWriter: the writer never checkpoints (wal_autocheckpoint is off on it),
+// so the database file grows only if checkpointLoop copies the WAL back while the store is open.
+func TestCheckpointsBesideTheWriter(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "c.db")
+	s, _ := open(t, Options{Path: path})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	before := fileSize(t, path)
+	emitN(t, s, "x", 500)
+	deadline := time.Now().Add(10 * time.Second)
+	for fileSize(t, path) <= before {
+		if time.Now().After(deadline) {
+			t.Fatalf("the database file stayed at %d bytes for 10 s after 500 emits: no checkpoint", before)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
 }

@@ -15,6 +15,7 @@ package main
 import (
 	"context"
 	"os"
+	"runtime/debug"
 	"time"
 	"unsafe"
 
@@ -25,6 +26,12 @@ import (
 
 // main is never called in a reactor; the build mode still requires it.
 func main() {}
+
+// A garbage collection in Go-compiled WASM is slow (every loop iteration of the collector is a
+// termination check in the harness), and this module allocates a little on every request: twice
+// the default heap growth halves the collections for ~4 MB more memory per instance (an A/B
+// in the harness: median per request 175 -> 151 us and 188 -> 165 us).
+func init() { debug.SetGCPercent(200) }
 
 // rl is the relay, or nil when the settings are wrong (setupErr says why).
 var rl, setupErr = setup()

@@ -561,12 +561,13 @@ const supersedeSQL = `UPDATE deliveries INDEXED BY deliveries_coalesce SET statu
 
 // pendingOfSQL selects up to ?4 (-1: all) pending deliveries of subscriber ?3, first attempts
 // before retries, each earliest due first, through the due indexes (pending deliveries are in no
-// other index by subscriber).
+// other index by subscriber). The limits are (?4 + 0) so the prepared statement is not compiled
+// again at every run (see claimSQL).
 const pendingOfSQL = `SELECT seq FROM (SELECT seq FROM deliveries INDEXED BY deliveries_due_first
-		WHERE subscriber_id = ?3 AND status = 'pending' AND attempts = 0 ORDER BY next_attempt_at LIMIT ?4)
+		WHERE subscriber_id = ?3 AND status = 'pending' AND attempts = 0 ORDER BY next_attempt_at LIMIT (?4 + 0))
 	UNION ALL SELECT seq FROM (SELECT seq FROM deliveries INDEXED BY deliveries_due_retry
-		WHERE subscriber_id = ?3 AND status = 'pending' AND attempts > 0 ORDER BY next_attempt_at LIMIT ?4)
-	LIMIT ?4`
+		WHERE subscriber_id = ?3 AND status = 'pending' AND attempts > 0 ORDER BY next_attempt_at LIMIT (?4 + 0))
+	LIMIT (?4 + 0)`
 
 // bodyHash identifies an event's content for idempotent re-emits.
 func bodyHash(eventType string, body []byte) []byte {

@@ -33,6 +33,9 @@ func newPacer() *pacer { return &pacer{buckets: map[string]*bucket{}} }
 
 // reserve takes a token of sub's bucket at now and returns how long to wait before sending.
 func (p *pacer) reserve(sub *store.Subscriber, now time.Time) time.Duration {
+	if sub.RatePerSec <= 0 {
+		return 0 // the store refuses such a rate; nothing to pace by
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	burst := float64(sub.Burst)

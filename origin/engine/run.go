@@ -104,11 +104,19 @@ func (r *run) loop(ctx context.Context, daemon bool) {
 		if res.NextToken > 0 {
 			wait = min(wait, res.NextToken)
 		}
+		// Freed slots matter when the claim left due work behind (slots, caps or buckets were
+		// short) and to a drain that watches for idle. Otherwise the claim took everything due:
+		// claiming again on every settle would be an empty write transaction in the way of the
+		// next emit's commit, and only new emits (the wake-up) or the poll can bring more.
+		freed := r.freed
+		if !res.Waiting && err == nil && !r.untilIdle {
+			freed = nil
+		}
 		poll.Reset(wait)
 		select {
 		case <-poll.C:
 		case <-r.e.st.Wake():
-		case <-r.freed:
+		case <-freed:
 		case <-pruneTick:
 			r.prune()
 		case <-ctx.Done():

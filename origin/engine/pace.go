@@ -12,6 +12,9 @@ import (
 // limits just changed), and the store's, spent at claim, is the limit.
 const maxPace = time.Second
 
+// minSweep is the smallest number of buckets at which the pacer looks for some to forget.
+const minSweep = 1024
+
 // pacer spaces each subscriber's sends by its token bucket on the clock of the sends themselves.
 // The store spends the bucket when it leases deliveries, which keeps claims within it; but a
 // claimed delivery is sent after a scheduling delay that varies from one send to the next, so a
@@ -21,15 +24,16 @@ const maxPace = time.Second
 type pacer struct {
 	mu      sync.Mutex
 	buckets map[string]*bucket // by subscriber id
+	sweepAt int                // forget full buckets once there are this many
 }
 
 // bucket is a token bucket whose tokens may go negative: a reservation waits for them.
 type bucket struct {
-	tokens float64
-	at     time.Time
+	tokens, rate, burst float64
+	at                  time.Time
 }
 
-func newPacer() *pacer { return &pacer{buckets: map[string]*bucket{}} }
+func newPacer() *pacer { return &pacer{buckets: map[string]*bucket{}, sweepAt: minSweep} }
 
 // reserve takes a token of sub's bucket at now and returns how long to wait before sending.
 func (p *pacer) reserve(sub *store.Subscriber, now time.Time) time.Duration {
@@ -38,19 +42,43 @@ func (p *pacer) reserve(sub *store.Subscriber, now time.Time) time.Duration {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	burst := float64(sub.Burst)
 	b := p.buckets[sub.ID]
 	if b == nil {
-		b = &bucket{tokens: burst, at: now}
+		p.sweep(now)
+		b = &bucket{tokens: float64(sub.Burst), at: now}
 		p.buckets[sub.ID] = b
 	}
+	b.rate, b.burst = sub.RatePerSec, float64(sub.Burst) // the subscriber's latest limits
+	b.tokens = b.level(now)
 	if now.After(b.at) {
-		b.tokens = min(burst, b.tokens+sub.RatePerSec*now.Sub(b.at).Seconds())
 		b.at = now
 	}
-	b.tokens = max(b.tokens, -sub.RatePerSec*maxPace.Seconds()) - 1
+	b.tokens = max(b.tokens, -b.rate*maxPace.Seconds()) - 1
 	if b.tokens >= 0 {
 		return 0
 	}
-	return min(maxPace, time.Duration(-b.tokens/sub.RatePerSec*float64(time.Second)))
+	return min(maxPace, time.Duration(-b.tokens/b.rate*float64(time.Second)))
+}
+
+// level is the bucket's tokens refilled up to now, at most its burst.
+func (b *bucket) level(now time.Time) float64 {
+	if !now.After(b.at) {
+		return min(b.tokens, b.burst)
+	}
+	return min(b.burst, b.tokens+b.rate*now.Sub(b.at).Seconds())
+}
+
+// sweep keeps the map bounded as subscribers come and go: a bucket refilled to its burst is the
+// same as none. It runs when the map reaches sweepAt, which then doubles past what is left, so
+// the cost per reservation stays constant.
+func (p *pacer) sweep(now time.Time) {
+	if len(p.buckets) < p.sweepAt {
+		return
+	}
+	for id, b := range p.buckets {
+		if b.level(now) >= b.burst {
+			delete(p.buckets, id)
+		}
+	}
+	p.sweepAt = max(minSweep, 2*len(p.buckets))
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -32,5 +33,31 @@ func TestPacerHoldsBackSendsTheBucketHasNoTokenFor(t *testing.T) {
 	}
 	if got := p.reserve(other, at(61)); got != maxPace {
 		t.Fatalf("a wait is bounded by maxPace: got %s", got)
+	}
+}
+
+func TestPacerForgetsFullBuckets(t *testing.T) {
+	p := newPacer()
+	t0 := time.Unix(1_000_000, 0)
+	for i := range minSweep - 1 {
+		p.reserve(&store.Subscriber{ID: fmt.Sprint(i), RatePerSec: 10, Burst: 1}, t0)
+	}
+	busy := &store.Subscriber{ID: "busy", RatePerSec: 1, Burst: 5}
+	for range 5 {
+		p.reserve(busy, t0) // its bucket empty: still owed its refill
+	}
+	if len(p.buckets) != minSweep {
+		t.Fatalf("%d buckets before the sweep, want %d", len(p.buckets), minSweep)
+	}
+	// A second later the first ones have refilled (1 token at 10/s); the busy one has not (1 of 5).
+	p.reserve(&store.Subscriber{ID: "new", RatePerSec: 10, Burst: 1}, t0.Add(time.Second))
+	if _, ok := p.buckets["busy"]; !ok || len(p.buckets) != 2 {
+		t.Fatalf("after the sweep: %d buckets (busy kept: %v), want busy and new", len(p.buckets), ok)
+	}
+	if got := p.reserve(busy, t0.Add(time.Second)); got != 0 {
+		t.Fatalf("the busy bucket refilled 1 token in 1 s: wait %s, want none", got)
+	}
+	if got := p.reserve(busy, t0.Add(time.Second)); got != time.Second {
+		t.Fatalf("then it is empty: wait %s, want 1s", got)
 	}
 }

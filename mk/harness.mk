@@ -5,7 +5,7 @@ BENCH_TARGETS += bench-harness
 
 EDGE_WASM := build/relay.wasm
 
-.PHONY: edge-wasm test-harness bench-harness run conformance-check
+.PHONY: edge-wasm edge-pgo test-harness bench-harness run conformance-check
 
 # Always rebuilt (go's build cache makes that cheap). The edgehook_hostmac tag has the host compute
 # HMAC-SHA256 (see shared/signature/mac_hostmac.go); -trimpath makes the bytes, and so wazero's
@@ -13,6 +13,14 @@ EDGE_WASM := build/relay.wasm
 edge-wasm:
 	@mkdir -p build
 	GOOS=wasip1 GOARCH=wasm $(GO) build -trimpath -buildmode=c-shared -tags edgehook_hostmac -o $(EDGE_WASM) ./edge/cmd/wasi
+
+# edge/cmd/wasi/default.pgo, the CPU profile the module's build optimises with (go build uses a
+# main package's default.pgo): BenchmarkGuestPath runs the module's per-request work natively.
+# Regenerate it after large changes to the relay's hot path, then compare with make bench-harness.
+edge-pgo:
+	@mkdir -p build
+	$(GO) test -run '^$$' -bench GuestPath -benchtime 5s -o build/abi-pgo.test -cpuprofile $(CURDIR)/edge/cmd/wasi/default.pgo ./edge/harness/abi/
+	rm -f build/abi-pgo.test
 
 # No -race where the module is compiled: wazero's compiler, race-instrumented, takes minutes per
 # module on this machine (the host's pool is a buffered channel; its tests run without). The

@@ -150,6 +150,13 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 		if len(rows) == 0 {
 			return nil
 		}
+		c := countDeltas{}
+		for _, r := range rows {
+			c.move(r.subID, StatusPending, StatusLeased, 1)
+		}
+		if err := c.write(ctx, s, tx); err != nil {
+			return err
+		}
 		if err := s.spendTokens(ctx, tx, spent, now, leaseUntil); err != nil {
 			return err
 		}
@@ -174,17 +181,33 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 // least a second long.
 const rescueInterval = time.Second
 
-// rescueExpired returns deliveries whose lease expired (their engine crashed or hung) to pending.
-// It looks before it writes: the UPDATE compiles the counting triggers, the look does not, and
+// rescueExpired returns deliveries whose lease expired (their engine crashed or hung) to pending,
+// and counts them (before the candidates are read from the counts). It looks before it writes:
 // nearly always nothing has expired.
 func (s *Store) rescueExpired(ctx context.Context, tx *sql.Tx, now int64) error {
 	var expired bool
 	if err := s.queryRow(ctx, tx, `SELECT EXISTS (SELECT 1 FROM deliveries WHERE `+expiredSQL+`)`, now).Scan(&expired); err != nil || !expired {
 		return err
 	}
-	_, err := s.exec(ctx, tx, `UPDATE deliveries SET status = 'pending', lease_token = '', lease_expires_at = 0, updated_at = ?1
-		WHERE `+expiredSQL, now)
-	return err
+	rows, err := s.query(ctx, tx, `UPDATE deliveries SET status = 'pending', lease_token = '', lease_expires_at = 0, updated_at = ?1
+		WHERE `+expiredSQL+` RETURNING subscriber_id`, now)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	c := countDeltas{}
+	for rows.Next() {
+		var sub string
+		if err := rows.Scan(&sub); err != nil {
+			return err
+		}
+		c.move(sub, StatusLeased, StatusPending, 1)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	rows.Close()
+	return c.write(ctx, s, tx)
 }
 
 // expiredSQL selects the leases expired at ?1, through deliveries_status_settled (whose condition

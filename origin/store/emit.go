@@ -464,34 +464,13 @@ var insertDeliveriesSQL = func() (out [len(deliveryChunks)]string) {
 	return out
 }()
 
-// countRows adds the inserted deliveries to queue_counts, one row per (subscriber, status), in one
-// statement (no trigger counts inserts: see migration 0003).
+// countRows adds the inserted deliveries to queue_counts (no trigger counts inserts).
 func (p *groupPlan) countRows(ctx context.Context, tx *sql.Tx) error {
-	type count struct {
-		Sub    string `json:"s"`
-		Status Status `json:"st"`
-		N      int64  `json:"n"`
-	}
-	index := map[[2]string]int{}
-	var list []count
+	c := countDeltas{}
 	for _, r := range p.rows {
-		k := [2]string{r.Sub, string(r.Status)}
-		i, ok := index[k]
-		if !ok {
-			i, index[k] = len(list), len(list)
-			list = append(list, count{Sub: r.Sub, Status: r.Status})
-		}
-		list[i].N++
+		c.move(r.Sub, "", r.Status, 1)
 	}
-	data, err := json.Marshal(list)
-	if err != nil {
-		return err
-	}
-	// WHERE true: an upsert's SELECT needs a WHERE clause, or ON CONFLICT parses as a join constraint.
-	_, err = p.s.exec(ctx, tx, `INSERT INTO queue_counts(subscriber_id, status, n)
-		SELECT value->>'s', value->>'st', value->>'n' FROM jsonb_each(?) WHERE true
-		ON CONFLICT(subscriber_id, status) DO UPDATE SET n = n + excluded.n`, string(data))
-	return err
+	return c.write(ctx, p.s, tx)
 }
 
 // countDuplicates fills in the delivery count of re-emitted stored events.

@@ -151,10 +151,10 @@ func newSettleRow(it *Settlement) (settleRow, error) {
 // disabled, pending otherwise.
 const unsentStatus = `CASE WHEN (SELECT state FROM subscribers WHERE id = deliveries.subscriber_id) = 'disabled' THEN 'held' ELSE 'pending' END`
 
-// settleDeliveries applies the batch where the lease token still matches and returns the new
-// attempt count of each delivery settled. The unary + keeps the planner from driving the join from
-// the status index (a scan of every leased row per batch row): it walks the batch and looks each
-// delivery up by its primary key.
+// settleDeliveries applies the batch where the lease token still matches, counts the moves out of
+// leased, and returns the new attempt count of each delivery settled. The unary + keeps the
+// planner from driving the join from the status index (a scan of every leased row per batch row):
+// it walks the batch and looks each delivery up by its primary key.
 func (s *Store) settleDeliveries(ctx context.Context, tx *sql.Tx, batch []byte, now int64) (map[int64]int, error) {
 	rows, err := s.query(ctx, tx, `UPDATE deliveries SET
 			status = CASE j.status WHEN 'unsent' THEN `+unsentStatus+` ELSE j.status END,
@@ -169,21 +169,29 @@ func (s *Store) settleDeliveries(ctx context.Context, tx *sql.Tx, batch []byte, 
 				value->>'next' AS next, value->>'reason' AS reason, value->>'keep_last' AS keep_last, value->>'code' AS code,
 				value->>'error' AS error FROM jsonb_each(?2)) AS j
 		WHERE deliveries.seq = j.seq AND deliveries.lease_token = j.token AND +deliveries.status = 'leased'
-		RETURNING seq, attempts`, now, string(batch))
+		RETURNING seq, attempts, subscriber_id, status`, now, string(batch))
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	out := map[int64]int{}
+	c := countDeltas{}
 	for rows.Next() {
 		var seq int64
 		var attempts int
-		if err := rows.Scan(&seq, &attempts); err != nil {
+		var sub string
+		var status Status
+		if err := rows.Scan(&seq, &attempts, &sub, &status); err != nil {
 			return nil, err
 		}
 		out[seq] = attempts
+		c.move(sub, StatusLeased, status, 1)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows.Close()
+	return out, c.write(ctx, s, tx)
 }
 
 // logAttempts inserts the attempt records of the settled items in one statement.

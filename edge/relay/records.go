@@ -15,13 +15,22 @@ const maxCachedRecords = 256
 type recordCache struct {
 	mu      sync.Mutex
 	records map[string]*wire.SubscriberRecord
+	// last is the record found last and its raw value: a run of deliveries to one subscriber
+	// compares raw with it instead of hashing raw for the map (a loop over its bytes in WASM).
+	lastRaw string
+	last    *wire.SubscriberRecord
 }
 
 // decode returns wire.DecodeSubscriberRecord(raw), from the cache when raw was decoded before.
 // Records that do not decode are not cached, so the error is reported every time.
 func (c *recordCache) decode(raw string) (*wire.SubscriberRecord, error) {
 	c.mu.Lock()
-	rec, ok := c.records[raw]
+	rec, ok := c.last, c.last != nil && c.lastRaw == raw
+	if !ok {
+		if rec, ok = c.records[raw]; ok {
+			c.lastRaw, c.last = raw, rec
+		}
+	}
 	c.mu.Unlock()
 	if ok {
 		return rec, nil
@@ -35,6 +44,7 @@ func (c *recordCache) decode(raw string) (*wire.SubscriberRecord, error) {
 		c.records = make(map[string]*wire.SubscriberRecord)
 	}
 	c.records[raw] = rec
+	c.lastRaw, c.last = raw, rec
 	c.mu.Unlock()
 	return rec, nil
 }

@@ -322,6 +322,11 @@ func TestUpdatedRecordTakesEffect(t *testing.T) {
 	if resp := r.Handle(context.Background(), f.request("", nil)); resp.Status != 404 {
 		t.Fatalf("after deactivation: %d %s, want 404", resp.Status, resp.Detail)
 	}
+	// Back to the first record, which the relay has decoded before.
+	_ = f.subs.Put(context.Background(), wire.SubscriberKey("sub_a"), plainRecord, 0)
+	if resp := r.Handle(context.Background(), f.request("", nil)); resp.Status != 200 {
+		t.Fatalf("reactivated: %d %s", resp.Status, resp.Detail)
+	}
 }
 
 // TestReadAll: with Deps.ReadAll the relay hands it every key of the request in one call, in the

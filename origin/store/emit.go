@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -215,11 +214,9 @@ type newDelivery struct {
 
 // newEvent is an event row to insert.
 type newEvent struct {
-	ID   string `json:"id"`
-	Type string `json:"t"`
-	Body string `json:"b"` // the exact bytes: valid UTF-8 (checked), so a JSON string keeps them
-	Hash string `json:"h"` // hex
-	Key  string `json:"k"`
+	ID, Type   string
+	Body, Hash []byte
+	Key        string
 }
 
 // resultRef points at one event's EmitResult inside a request.
@@ -344,7 +341,7 @@ func (p *groupPlan) add(r *emitReq) {
 			continue
 		}
 		sum := bodyHash(in.Type, in.Body)
-		p.events = append(p.events, newEvent{ID: in.ID, Type: in.Type, Body: string(in.Body), Hash: hex.EncodeToString(sum), Key: in.CoalesceKey})
+		p.events = append(p.events, newEvent{ID: in.ID, Type: in.Type, Body: in.Body, Hash: sum, Key: in.CoalesceKey})
 		ev := int64(len(p.events) - 1)
 		res := &r.results[i]
 		res.EventID = in.ID
@@ -394,75 +391,91 @@ func (p *groupPlan) write(ctx context.Context, tx *sql.Tx, now int64) error {
 	if err := p.countDuplicates(ctx, tx); err != nil {
 		return err
 	}
-	if len(p.events) == 0 {
-		return nil
-	}
-	data, err := json.Marshal(p.events)
-	if err != nil {
-		return err
-	}
 	// The ids were checked absent inside this write transaction: a conflict here is a bug, and
 	// fails the group.
-	rows, err := p.s.query(ctx, tx, `INSERT INTO events(id, type, body, body_hash, coalesce_key, created_at)
-		SELECT value->>'id', value->>'t', CAST(value->>'b' AS BLOB), unhex(value->>'h'), value->>'k', ?1 FROM jsonb_each(?2)
-		RETURNING id, seq`, now, string(data))
-	if err != nil {
-		return err
-	}
 	seqs := make(map[string]int64, len(p.events))
-	for rows.Next() {
-		var id string
-		var seq int64
-		if err := rows.Scan(&id, &seq); err != nil {
-			rows.Close()
+	args := make([]any, 0, 1+5*rowChunks[0])
+	err := inChunks(len(p.events), func(k, lo, hi int) error {
+		args = append(args[:0], now)
+		for _, e := range p.events[lo:hi] {
+			args = append(args, e.ID, e.Type, e.Body, e.Hash, e.Key)
+		}
+		rows, err := p.s.query(ctx, tx, insertEventsSQL[k], args...)
+		if err != nil {
 			return err
 		}
-		seqs[id] = seq
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			var seq int64
+			if err := rows.Scan(&id, &seq); err != nil {
+				return err
+			}
+			seqs[id] = seq
+		}
+		return rows.Err()
+	})
+	if err != nil {
 		return err
 	}
 	if err := p.supersedeStored(ctx, tx, now); err != nil {
 		return err
 	}
-	if len(p.rows) == 0 {
-		return nil
-	}
-	args := make([]any, 0, 1+4*deliveryChunks[0])
-	for rest := p.rows; len(rest) > 0; {
-		k := 0
-		for deliveryChunks[k] > len(rest) {
-			k++
-		}
+	err = inChunks(len(p.rows), func(k, lo, hi int) error {
 		args = append(args[:0], now)
-		for _, r := range rest[:deliveryChunks[k]] {
+		for _, r := range p.rows[lo:hi] {
 			args = append(args, seqs[p.events[r.Event].ID], r.Sub, string(r.Status), r.Key)
 		}
-		if _, err := p.s.exec(ctx, tx, insertDeliveriesSQL[k], args...); err != nil {
-			return err
-		}
-		rest = rest[deliveryChunks[k]:]
+		_, err := p.s.exec(ctx, tx, insertDeliveriesSQL[k], args...)
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	return p.countRows(ctx, tx)
 }
 
-// deliveryChunks are the row counts of the (prepared) delivery INSERTs, largest first: a group's
-// rows are written by a few executions of statements compiled once. Bound values cost less than a
-// JSON array read with ->> (a sixth of an emit's CPU).
-var deliveryChunks = [...]int{256, 64, 16, 4, 1}
+// rowChunks are the row counts of the (prepared) multi-row INSERTs of events and deliveries,
+// largest first: a group's rows are written by a few executions of statements compiled once.
+// Bound values cost less than a JSON array read with ->> (a sixth of an emit's CPU, and an event
+// body was escaped into JSON and parsed back).
+var rowChunks = [...]int{256, 64, 16, 4, 1}
 
-// insertDeliveriesSQL are the INSERTs of deliveryChunks rows created at the first parameter; then
-// each row binds its event seq, subscriber, status and coalesce key. The parameters are anonymous:
-// the driver looks every numbered one up by name, a walk of the statement's list of names each.
-var insertDeliveriesSQL = func() (out [len(deliveryChunks)]string) {
-	for i, n := range deliveryChunks {
-		out[i] = `INSERT INTO deliveries(event_seq, subscriber_id, status, coalesce_key, next_attempt_at, age_from, created_at, updated_at)
-		SELECT v.column1, v.column2, v.column3, v.column4, t.now, t.now, t.now, t.now
-		FROM (SELECT ? AS now) AS t, (VALUES ` + strings.Repeat("(?, ?, ?, ?), ", n-1) + `(?, ?, ?, ?)) AS v`
+// inChunks calls fn for consecutive ranges [lo, hi) covering n rows, each as long as rowChunks[k].
+func inChunks(n int, fn func(k, lo, hi int) error) error {
+	for lo := 0; lo < n; {
+		k := 0
+		for rowChunks[k] > n-lo {
+			k++
+		}
+		if err := fn(k, lo, lo+rowChunks[k]); err != nil {
+			return err
+		}
+		lo += rowChunks[k]
+	}
+	return nil
+}
+
+// insertChunksSQL renders an INSERT into cols of every rowChunks size: each row binds values
+// parameters, followed by the now expression (of t.now, the first parameter). The parameters are
+// anonymous: the driver looks every numbered one up by name, a walk of the statement's list of
+// names each.
+func insertChunksSQL(table, cols string, values int, now, tail string) (out [len(rowChunks)]string) {
+	row := "(?" + strings.Repeat(", ?", values-1) + ")"
+	for i, n := range rowChunks {
+		out[i] = `INSERT INTO ` + table + `(` + cols + `) SELECT v.*, ` + now + ` FROM (SELECT ? AS now) AS t, (VALUES ` +
+			strings.Repeat(row+", ", n-1) + row + `) AS v` + tail
 	}
 	return out
-}()
+}
+
+// insertEventsSQL inserts events (id, type, body, hash, coalesce key) and return their seqs.
+var insertEventsSQL = insertChunksSQL("events", "id, type, body, body_hash, coalesce_key, created_at", 5, "t.now", " RETURNING id, seq")
+
+// insertDeliveriesSQL inserts deliveries (event seq, subscriber, status, coalesce key) due now.
+var insertDeliveriesSQL = insertChunksSQL("deliveries",
+	"event_seq, subscriber_id, status, coalesce_key, next_attempt_at, age_from, created_at, updated_at", 4,
+	"t.now, t.now, t.now, t.now", "")
 
 // countRows adds the inserted deliveries to queue_counts (no trigger counts inserts).
 func (p *groupPlan) countRows(ctx context.Context, tx *sql.Tx) error {

@@ -33,17 +33,25 @@ type run struct {
 	// write only once the turn has come lets each take everything that piled up during the
 	// other's transaction (without it, most settles wrote one outcome each).
 	writer sync.Mutex
+	// flying counts this run's deliveries in flight by subscriber, with the subscriber's in-flight
+	// cap (guarded by writer), so that freed slots wake the loop for a claim only when they can
+	// help: a subscriber held at its cap got one back (capFreed), not any settle at all (freed).
+	flying   map[string]*flight
+	capFreed chan struct{}
 
 	mu  sync.Mutex
 	res DrainResult
 	err error
 }
 
+// flight is one subscriber's deliveries in flight in a run, and its in-flight cap.
+type flight struct{ n, cap int }
+
 func (e *Engine) newRun(untilIdle bool, grace <-chan time.Duration) *run {
 	sendCtx, cancel := context.WithCancel(context.Background())
 	return &run{e: e, untilIdle: untilIdle, grace: grace, sendCtx: sendCtx, cancelSends: cancel,
 		outcomes: make(chan store.Settlement, e.cfg.Workers), slots: make(chan struct{}, e.cfg.Workers),
-		freed: make(chan struct{}, 1), complete: make(chan struct{})}
+		freed: make(chan struct{}, 1), complete: make(chan struct{}), flying: map[string]*flight{}, capFreed: make(chan struct{}, 1)}
 }
 
 // loop claims and dispatches until ctx is done (or idle), then shuts down in order: stop
@@ -73,17 +81,26 @@ func (r *run) loop(ctx context.Context, daemon bool) {
 		// the writer busy, claims grow with the slots they freed meanwhile, and claim and settle
 		// transactions alternate with the sends of one batch overlapping the writes of another.
 		r.writer.Lock()
-		select {
-		case <-r.freed: // stale: the claim sees those slots free (slots freed later signal again)
-		default:
+		for _, ch := range []chan struct{}{r.freed, r.capFreed} {
+			select {
+			case <-ch: // stale: the claim sees those slots free (slots freed later signal again)
+			default:
+			}
 		}
 		free := cap(r.slots) - len(r.slots)
 		res, err := r.e.st.Claim(ctx, store.ClaimParams{Now: r.e.cfg.Now(), Limit: min(free, r.e.cfg.BatchSize), LeaseDuration: r.e.cfg.LeaseDuration})
 		for _, c := range res.Deliveries {
+			f := r.flying[c.Subscriber.ID]
+			if f == nil {
+				f = &flight{}
+				r.flying[c.Subscriber.ID] = f
+			}
+			f.n, f.cap = f.n+1, c.Subscriber.MaxInFlight
 			r.slots <- struct{}{}
 			r.sends.Add(1)
 			go r.send(c)
 		}
+		atCap := r.anyAtCap()
 		r.writer.Unlock()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -104,13 +121,18 @@ func (r *run) loop(ctx context.Context, daemon bool) {
 		if res.NextToken > 0 {
 			wait = min(wait, res.NextToken)
 		}
-		// Freed slots matter when the claim left due work behind (slots, caps or buckets were
-		// short) and to a drain that watches for idle. Otherwise the claim took everything due:
-		// claiming again on every settle would be an empty write transaction in the way of the
-		// next emit's commit, and only new emits (the wake-up) or the poll can bring more.
-		freed := r.freed
-		if !res.Waiting && err == nil && !r.untilIdle {
-			freed = nil
+		// Settles matter to a drain that watches for idle, and when the claim left due work
+		// behind. If it took everything due, claiming again on every settle would be an empty
+		// write transaction in the way of the next emit's commit: only new emits (the wake-up)
+		// or the poll can bring more. If what it left is explained by subscribers this run holds
+		// at their in-flight cap (a stuck one, say), only a settle of theirs can help; buckets
+		// have the NextToken timer, and caps held by other processes the poll.
+		var freed <-chan struct{}
+		switch {
+		case err != nil || r.untilIdle || res.Waiting && !atCap:
+			freed = r.freed
+		case res.Waiting:
+			freed = r.capFreed
 		}
 		poll.Reset(wait)
 		select {
@@ -170,14 +192,48 @@ func (r *run) completer() {
 		r.writer.Lock()
 		batch = r.take(batch, nil)
 		r.settle(batch)
+		wasAtCap := r.land(batch)
 		r.writer.Unlock()
 		for range batch {
 			<-r.slots
 		}
-		select {
-		case r.freed <- struct{}{}:
-		default:
+		signal(r.freed)
+		if wasAtCap {
+			signal(r.capFreed)
 		}
+	}
+}
+
+// land takes a settled batch off the subscribers' counts in flight and reports whether one of
+// them was at its cap. The caller holds writer.
+func (r *run) land(batch []store.Settlement) bool {
+	wasAtCap := false
+	for _, it := range batch {
+		f := r.flying[it.SubscriberID]
+		wasAtCap = wasAtCap || f.n >= f.cap
+		if f.n--; f.n == 0 {
+			delete(r.flying, it.SubscriberID)
+		}
+	}
+	return wasAtCap
+}
+
+// anyAtCap reports whether some subscriber has as many deliveries in flight in this run as its
+// cap allows. The caller holds writer.
+func (r *run) anyAtCap() bool {
+	for _, f := range r.flying {
+		if f.n >= f.cap {
+			return true
+		}
+	}
+	return false
+}
+
+// signal wakes whoever waits on ch, without blocking (signals coalesce).
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
 }
 

@@ -457,16 +457,25 @@ func inChunks(n int, fn func(k, lo, hi int) error) error {
 }
 
 // insertChunksSQL renders an INSERT into cols of every rowChunks size: each row binds values
-// parameters, followed by the now expression (of t.now, the first parameter). The parameters are
-// anonymous: the driver looks every numbered one up by name, a walk of the statement's list of
-// names each.
+// parameters, followed by the now expression (of t.now, the first parameter; "": none).
 func insertChunksSQL(table, cols string, values int, now, tail string) (out [len(rowChunks)]string) {
-	row := "(?" + strings.Repeat(", ?", values-1) + ")"
 	for i, n := range rowChunks {
-		out[i] = `INSERT INTO ` + table + `(` + cols + `) SELECT v.*, ` + now + ` FROM (SELECT ? AS now) AS t, (VALUES ` +
-			strings.Repeat(row+", ", n-1) + row + `) AS v` + tail
+		if now == "" {
+			out[i] = `INSERT INTO ` + table + `(` + cols + `) SELECT * FROM (` + valuesSQL(n, values) + `)` + tail
+		} else {
+			out[i] = `INSERT INTO ` + table + `(` + cols + `) SELECT v.*, ` + now + ` FROM (SELECT ? AS now) AS t, (` +
+				valuesSQL(n, values) + `) AS v` + tail
+		}
 	}
 	return out
+}
+
+// valuesSQL is a VALUES list of n rows of k parameters (columns column1 … columnk). The parameters
+// are anonymous: the driver looks every numbered one up by name, a walk of the statement's list
+// of names each.
+func valuesSQL(n, k int) string {
+	row := "(?" + strings.Repeat(", ?", k-1) + ")"
+	return "VALUES " + strings.Repeat(row+", ", n-1) + row
 }
 
 // insertEventsSQL inserts events (id, type, body, hash, coalesce key) and return their seqs.

@@ -85,12 +85,8 @@ func (s *Store) Settle(ctx context.Context, now time.Time, policy CircuitPolicy,
 			return 0, err
 		}
 	}
-	batch, err := json.Marshal(rows)
-	if err != nil {
-		return 0, err
-	}
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		attempts, err := s.settleDeliveries(ctx, tx, batch, ms(now))
+		attempts, err := s.settleDeliveries(ctx, tx, rows, ms(now))
 		if err != nil {
 			return fmt.Errorf("settle: %w", err)
 		}
@@ -115,17 +111,17 @@ func (s *Store) Settle(ctx context.Context, now time.Time, policy CircuitPolicy,
 	return stale, err
 }
 
-// settleRow is one settlement as the batch UPDATE reads it.
+// settleRow is one settlement as the batch UPDATE reads it (settleSQL's j, in this order).
 type settleRow struct {
-	Seq      int64  `json:"seq"`
-	Token    string `json:"token"`
-	Status   string `json:"status"` // delivered | dead | unsent (pending, or held if the subscriber is disabled)
-	Inc      int    `json:"inc"`    // 1 when the attempt counts
-	Next     int64  `json:"next"`   // new next_attempt_at, 0 to keep
-	Reason   string `json:"reason"`
-	KeepLast int    `json:"keep_last"` // 1: leave last_status and last_error (release)
-	Code     int    `json:"code"`
-	Error    string `json:"error"`
+	Seq      int64
+	Token    string
+	Status   string // delivered | dead | unsent (pending, or held if the subscriber is disabled)
+	Inc      int    // 1 when the attempt counts
+	Next     int64  // new next_attempt_at, 0 to keep
+	Reason   string
+	KeepLast int // 1: leave last_status and last_error (release)
+	Code     int
+	Error    string
 }
 
 func newSettleRow(it *Settlement) (settleRow, error) {
@@ -155,58 +151,62 @@ const unsentStatus = `CASE WHEN (SELECT state FROM subscribers WHERE id = delive
 // leased, and returns the new attempt count of each delivery settled. The unary + keeps the
 // planner from driving the join from the status index (a scan of every leased row per batch row):
 // it walks the batch and looks each delivery up by its primary key.
-func (s *Store) settleDeliveries(ctx context.Context, tx *sql.Tx, batch []byte, now int64) (map[int64]int, error) {
-	rows, err := s.query(ctx, tx, `UPDATE deliveries SET
-			status = CASE j.status WHEN 'unsent' THEN `+unsentStatus+` ELSE j.status END,
+func (s *Store) settleDeliveries(ctx context.Context, tx *sql.Tx, batch []settleRow, now int64) (map[int64]int, error) {
+	out := map[int64]int{}
+	c := countDeltas{}
+	args := make([]any, 0, 1+9*rowChunks[0])
+	err := inChunks(len(batch), func(k, lo, hi int) error {
+		args = append(args[:0], now)
+		for _, r := range batch[lo:hi] {
+			args = append(args, r.Seq, r.Token, r.Status, r.Inc, r.Next, r.Reason, r.KeepLast, r.Code, r.Error)
+		}
+		rows, err := s.query(ctx, tx, settleSQL[k], args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var seq int64
+			var attempts int
+			var sub string
+			var status Status
+			if err := rows.Scan(&seq, &attempts, &sub, &status); err != nil {
+				return err
+			}
+			out[seq] = attempts
+			c.move(sub, StatusLeased, status, 1)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, c.write(ctx, s, tx)
+}
+
+// settleSQL settles a chunk of rowChunks rows: parameters now, then each settleRow's fields.
+var settleSQL = func() (out [len(rowChunks)]string) {
+	for i, n := range rowChunks {
+		out[i] = `UPDATE deliveries SET
+			status = CASE j.status WHEN 'unsent' THEN ` + unsentStatus + ` ELSE j.status END,
 			attempts = deliveries.attempts + j.inc,
 			next_attempt_at = CASE WHEN j.next > 0 THEN j.next ELSE deliveries.next_attempt_at END,
 			reason = CASE WHEN j.status = 'dead' THEN j.reason ELSE deliveries.reason END,
 			last_status = CASE WHEN j.keep_last = 1 THEN deliveries.last_status ELSE j.code END,
 			last_error = CASE WHEN j.keep_last = 1 THEN deliveries.last_error ELSE j.error END,
-			delivered_at = CASE WHEN j.status = 'delivered' THEN ?1 ELSE deliveries.delivered_at END,
-			lease_token = '', lease_expires_at = 0, updated_at = ?1
-		FROM (SELECT CAST(value->>'seq' AS INTEGER) AS seq, value->>'token' AS token, value->>'status' AS status, value->>'inc' AS inc,
-				value->>'next' AS next, value->>'reason' AS reason, value->>'keep_last' AS keep_last, value->>'code' AS code,
-				value->>'error' AS error FROM jsonb_each(?2)) AS j
+			delivered_at = CASE WHEN j.status = 'delivered' THEN t.now ELSE deliveries.delivered_at END,
+			lease_token = '', lease_expires_at = 0, updated_at = t.now
+		FROM (SELECT ? AS now) AS t, (SELECT column1 AS seq, column2 AS token, column3 AS status, column4 AS inc, column5 AS next,
+				column6 AS reason, column7 AS keep_last, column8 AS code, column9 AS error FROM (` + valuesSQL(n, 9) + `)) AS j
 		WHERE deliveries.seq = j.seq AND deliveries.lease_token = j.token AND +deliveries.status = 'leased'
-		RETURNING seq, attempts, subscriber_id, status`, now, string(batch))
-	if err != nil {
-		return nil, err
+		RETURNING seq, attempts, subscriber_id, status`
 	}
-	defer rows.Close()
-	out := map[int64]int{}
-	c := countDeltas{}
-	for rows.Next() {
-		var seq int64
-		var attempts int
-		var sub string
-		var status Status
-		if err := rows.Scan(&seq, &attempts, &sub, &status); err != nil {
-			return nil, err
-		}
-		out[seq] = attempts
-		c.move(sub, StatusLeased, status, 1)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	rows.Close()
-	return out, c.write(ctx, s, tx)
-}
+	return out
+}()
 
 // logAttempts inserts the attempt records of the settled items in one statement.
 func (s *Store) logAttempts(ctx context.Context, tx *sql.Tx, items []Settlement, done map[int64]int) error {
-	type row struct {
-		Seq     int64  `json:"seq"`
-		Number  int    `json:"number"`
-		At      int64  `json:"at"`
-		Status  int    `json:"status"`
-		Latency int64  `json:"latency"`
-		Outcome string `json:"outcome"`
-		Error   string `json:"error"`
-		Excerpt string `json:"excerpt"`
-	}
-	var list []row
+	var list []any // 8 values per attempt
 	for _, it := range items {
 		attempts, ok := done[it.Seq]
 		if a := it.Attempt; a != nil && ok {
@@ -214,21 +214,18 @@ func (s *Store) logAttempts(ctx context.Context, tx *sql.Tx, items []Settlement,
 			if it.Result == ResultReschedule || it.Result == ResultRelease {
 				number = 0
 			}
-			list = append(list, row{it.Seq, number, ms(a.At), a.Status, a.LatencyMS, a.Outcome, a.Error, a.Excerpt})
+			list = append(list, it.Seq, number, ms(a.At), a.Status, a.LatencyMS, a.Outcome, a.Error, a.Excerpt)
 		}
 	}
-	if len(list) == 0 {
-		return nil
-	}
-	data, err := json.Marshal(list)
-	if err != nil {
+	return inChunks(len(list)/8, func(k, lo, hi int) error {
+		_, err := s.exec(ctx, tx, insertAttemptsSQL[k], list[lo*8:hi*8]...)
 		return err
-	}
-	_, err = s.exec(ctx, tx, `INSERT INTO attempts(delivery_seq, number, at, status, latency_ms, outcome, error, excerpt)
-		SELECT value->>'seq', value->>'number', value->>'at', value->>'status', value->>'latency', value->>'outcome',
-			value->>'error', value->>'excerpt' FROM jsonb_each(?)`, string(data))
-	return err
+	})
 }
+
+// insertAttemptsSQL inserts attempt records (delivery, number, at, status, latency, outcome,
+// error, excerpt).
+var insertAttemptsSQL = insertChunksSQL("attempts", "delivery_seq, number, at, status, latency_ms, outcome, error, excerpt", 8, "", "")
 
 // limiterState is the part of a subscriber's limiter row that settling changes.
 type limiterState struct {

@@ -104,8 +104,9 @@ func cpuTime() time.Duration {
 }
 
 // BenchmarkClaimBacklog measures claiming the engine's batch of 128 over a backlog of 200,000
-// pending deliveries (12 subscribers), as the backlog section of `make bench` does over 1,000,000:
-// run it with -benchtime Nx (each run fills a new database first). The claims are not settled.
+// pending deliveries (12 subscribers), as the backlog section of `make bench` does over 1,000,000
+// (each run fills a new database first, in a few seconds). Between claims, off the clock, the
+// claimed deliveries are released back to the queue, so any b.N fits under the in-flight caps.
 func BenchmarkClaimBacklog(b *testing.B) {
 	const subscribers, backlog, batch = 12, 200_000, 128
 	s, _ := open(b, Options{Now: time.Now, GlobalCap: 1 << 40, BacklogCap: 1 << 40})
@@ -131,6 +132,15 @@ func BenchmarkClaimBacklog(b *testing.B) {
 		if err != nil || len(res.Deliveries) != batch {
 			b.Fatalf("claimed %d, want %d: %v", len(res.Deliveries), batch, err)
 		}
+		b.StopTimer()
+		items := make([]Settlement, len(res.Deliveries))
+		for i, c := range res.Deliveries {
+			items[i] = Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: c.Subscriber.ID, Result: ResultRelease}
+		}
+		if _, err := s.Settle(context.Background(), time.Now(), CircuitPolicy{}, items); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
 	}
 	b.StopTimer()
 	slices.Sort(took)

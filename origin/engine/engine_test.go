@@ -434,7 +434,7 @@ func TestEdgeModeWithoutEdgeURLIsAConfigError(t *testing.T) {
 func TestSlowSubscriberDoesNotHoldOthersBack(t *testing.T) {
 	t.Parallel()
 	// The poll interval is an hour: the fast deliveries must be claimed without waiting for it,
-	// although 3 of the 4 slots stay taken (below the "good share" a claim waits for).
+	// although 3 of the 4 slots stay taken by the slow subscriber, held at its cap.
 	e := newEnv(t, Config{Workers: 4, PollInterval: time.Hour})
 	release := make(chan struct{})
 	slow := newSink(t, func(w http.ResponseWriter, r *recorded) {
@@ -468,6 +468,42 @@ func TestSlowSubscriberDoesNotHoldOthersBack(t *testing.T) {
 		case <-fastDone:
 		case <-time.After(10 * time.Second):
 			t.Fatalf("only %d of 5 deliveries to the fast subscriber while the slow one holds 3 of 4 slots", i)
+		}
+	}
+}
+
+func TestEventsEmittedWhileEverySubscriberIsAtItsCapGoOutWhenOneSettles(t *testing.T) {
+	t.Parallel()
+	// The daemon leaves emits' wake-ups alone while it holds every subscriber at its cap; the
+	// poll interval is an hour, so the second event must go out on the first one's settle.
+	e := newEnv(t, Config{PollInterval: time.Hour})
+	release := make(chan struct{})
+	arrived := make(chan string, 2)
+	k := newSink(t, func(w http.ResponseWriter, r *recorded) {
+		arrived <- r.header.Get(wire.HeaderWebhookID)
+		if r.header.Get(wire.HeaderWebhookID) == "first" {
+			<-release
+		}
+		w.WriteHeader(200)
+	})
+	e.sub(store.SubscriberInput{URL: k.URL, MaxInFlight: 1})
+	if err := e.eng.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer e.eng.Stop(context.Background())
+	e.emit("first", "t", `{}`)
+	for _, want := range []string{"first", "second"} {
+		select {
+		case id := <-arrived:
+			if id != want {
+				t.Fatalf("got %q, want %q", id, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%q did not arrive", want)
+		}
+		if want == "first" {
+			e.emit("second", "t", `{}`) // while the first holds the only place
+			close(release)
 		}
 	}
 }

@@ -140,10 +140,10 @@ func (r *run) loop(ctx context.Context, daemon bool) {
 		}
 		// While this run holds every active subscriber at its cap (a backlog), the deliveries of
 		// new emits wait for a settle to free a place: claiming on each emit's wake-up would be
-		// an empty transaction (most claims were, at 1,000 emits/s). The settle wakes the loop.
+		// an empty transaction (most claims were, at 1,000 emits/s). That settle wakes the loop.
 		wake := r.e.st.Wake()
 		if atCap > 0 && atCap >= r.activeSubscribers(ctx) {
-			wake = nil
+			wake, freed = nil, r.capFreed
 		}
 		poll.Reset(wait)
 		select {

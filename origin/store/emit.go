@@ -145,14 +145,14 @@ func (s *Store) gather(first *emitReq) []*emitReq {
 // commitGroup writes a group in one transaction and answers every request. A request that fails
 // on its own (conflict, queue full) is left out of the write, so it does not fail the others.
 //
-// The driver parses and compiles SQL text (and the triggers a statement fires) on every Exec or
-// Query, and that cost more than writing the rows, so the whole group is written with a fixed
-// handful of statements whatever its size: the group is planned in Go first (idempotency,
-// conflicts, the global cap, coalescing), then its events, supersedes and deliveries are each
-// written by one statement over a JSON array. The arrays of objects are read with jsonb_each, not
-// json_each: json_each renders each object back to JSON text, which every ->> then parses again
-// (a fifth of an emit's CPU); jsonb_each hands ->> the parsed binary form. No savepoint either: a savepoint makes SQLite copy
-// every page it changes to the statement journal, once per savepoint.
+// The whole group is written with a few statements whatever its size, each prepared once (see
+// Store.exec): the group is planned in Go first (idempotency, conflicts, the global cap,
+// coalescing), then its events and deliveries are bound into multi-row INSERTs (inChunks), its
+// supersedes are one statement over a JSON array, and queue_counts gets one upsert. Arrays of
+// objects are read with jsonb_each, not json_each: json_each renders each object back to JSON
+// text, which every ->> then parses again; jsonb_each hands ->> the parsed binary form. No
+// savepoint either: a savepoint makes SQLite copy every page it changes to the statement journal,
+// once per savepoint.
 func (s *Store) commitGroup(group []*emitReq) {
 	// Not the callers' contexts: one caller giving up must not abort the others' transaction.
 	ctx := context.Background()

@@ -67,9 +67,9 @@ type Settlement struct {
 // lease token, so a worker whose lease expired and was re-claimed cannot overwrite the new owner;
 // such settlements are skipped and counted in stale.
 //
-// The whole batch is one UPDATE … FROM jsonb_each(…) and one INSERT of attempts, then one update
-// per subscriber touched: the SQLite driver compiles every statement each time it runs, so the
-// number of statements, not of rows, is what a batch costs.
+// The whole batch is a few UPDATE … FROM (VALUES …) and INSERTs of attempts (prepared statements
+// of rowChunks rows), then at most one read and one write of the limiter rows touched: the number
+// of statements, not of rows, is what a batch costs.
 func (s *Store) Settle(ctx context.Context, now time.Time, policy CircuitPolicy, items []Settlement) (stale int, err error) {
 	if len(items) == 0 {
 		return 0, nil

@@ -27,9 +27,15 @@ worker:
 	cp edge/cmd/worker/loader.mjs $(WORKER_DIR)/index.mjs
 endif
 
-# npm ci when node_modules is missing or older than the lockfile.
+# npm ci when node_modules is missing or older than the lockfile. A registry download can stall
+# with its connection open and npm then waits forever (seen here: a 47 MB tarball stopped for 13
+# minutes), so each try is bounded and a stalled or failed one is tried again, at most three times.
+NPM_CI_TRY_SECONDS ?= 300
 node_modules/.package-lock.json: package-lock.json
-	npm ci --no-audit --no-fund
+	@for try in 1 2 3; do \
+	  timeout -k 20 $(NPM_CI_TRY_SECONDS) npm ci --no-audit --no-fund && exit 0; \
+	  echo "npm ci failed or took over $(NPM_CI_TRY_SECONDS)s (try $$try of 3)" >&2; sleep 5; \
+	done; exit 1
 	@touch $@
 
 npm-deps: node_modules/.package-lock.json

@@ -560,14 +560,16 @@ const supersedeSQL = `UPDATE deliveries INDEXED BY deliveries_coalesce SET statu
 	WHERE deliveries.subscriber_id = j.sub AND deliveries.coalesce_key = j.key AND deliveries.status = 'pending' AND deliveries.coalesce_key <> ''
 	RETURNING deliveries.subscriber_id, deliveries.coalesce_key`
 
-// pendingOfSQL selects up to ?4 (-1: all) pending deliveries of subscriber ?3, first attempts
-// before retries, each earliest due first, through the due indexes (pending deliveries are in no
-// other index by subscriber). The limits are (?4 + 0) so the prepared statement is not compiled
-// again at every run (see claimSQL).
-const pendingOfSQL = `SELECT seq FROM (SELECT seq FROM deliveries INDEXED BY deliveries_due_first
-		WHERE subscriber_id = ?3 AND status = 'pending' AND attempts = 0 ORDER BY next_attempt_at LIMIT (?4 + 0))
-	UNION ALL SELECT seq FROM (SELECT seq FROM deliveries INDEXED BY deliveries_due_retry
+// pendingOfSQL selects up to ?4 (-1: all) pending deliveries of subscriber ?3, oldest first as the
+// due indexes order them without a sort (pending deliveries are in no other index by subscriber):
+// retries before first attempts, each earliest due first. Claiming takes first attempts first, so
+// a delivery that is already a retry nearly always belongs to an older event than one still
+// waiting for its first attempt; among first attempts, earliest due is oldest emitted. The limits
+// are (?4 + 0) so the prepared statement is not compiled again at every run (see claimSQL).
+const pendingOfSQL = `SELECT seq FROM (SELECT seq FROM deliveries INDEXED BY deliveries_due_retry
 		WHERE subscriber_id = ?3 AND status = 'pending' AND attempts > 0 ORDER BY next_attempt_at LIMIT (?4 + 0))
+	UNION ALL SELECT seq FROM (SELECT seq FROM deliveries INDEXED BY deliveries_due_first
+		WHERE subscriber_id = ?3 AND status = 'pending' AND attempts = 0 ORDER BY next_attempt_at LIMIT (?4 + 0))
 	LIMIT (?4 + 0)`
 
 // bodyHash identifies an event's content for idempotent re-emits.
@@ -604,9 +606,8 @@ func coalesceValue(raw json.RawMessage) string {
 }
 
 // trimBacklogs dead-letters the oldest pending deliveries of every subscriber beyond the backlog
-// cap, given the pending count of each, and returns how many. "Oldest" is first attempts before
-// retries, each earliest due first (for first attempts, the oldest emitted): the order of the due
-// indexes, so the backlog is not sorted.
+// cap, given the pending count of each, and returns how many: the oldest (pendingOfSQL), so a
+// subscriber that is down keeps its newest events.
 func (s *Store) trimBacklogs(ctx context.Context, tx *sql.Tx, pending map[string]int64) (int64, error) {
 	var total int64
 	for id, n := range pending {

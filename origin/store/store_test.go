@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -611,6 +612,36 @@ func TestBacklogOverflowDeadLettersOldest(t *testing.T) {
 	}
 	if v := s.Counters().BacklogOverflow; v != 2 {
 		t.Fatalf("overflow counter %d", v)
+	}
+}
+
+// TestBacklogOverflowDeadLettersOldestRetriesFirst: retries of older events go before first
+// attempts of newer ones, as a subscriber that is down turns its oldest deliveries into retries.
+func TestBacklogOverflowDeadLettersOldestRetriesFirst(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{BacklogCap: 3})
+	mustSub(t, s, SubscriberInput{ID: "down"})
+	mustEmit(t, s, "a0", "t", `{}`)
+	mustEmit(t, s, "a1", "t", `{}`)
+	for _, c := range claim(t, s, clk.Now(), 2).Deliveries {
+		settle(t, s, clk.Now(), Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: "down", Result: ResultRetry, NextAttemptAt: clk.Now().Add(time.Minute)})
+	}
+	for i := range 3 {
+		clk.Advance(time.Millisecond)
+		mustEmit(t, s, fmt.Sprintf("b%d", i), "t", `{}`)
+	}
+	page, err := s.ListDeliveries(ctx, DeliveryFilter{Status: StatusDead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dead []string
+	for _, d := range page.Deliveries {
+		dead = append(dead, d.EventID)
+	}
+	slices.Sort(dead)
+	if !slices.Equal(dead, []string{"a0", "a1"}) {
+		t.Fatalf("dead-lettered %v, want the two oldest events [a0 a1] (retries)", dead)
 	}
 }
 

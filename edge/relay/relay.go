@@ -65,7 +65,7 @@ func (r *Relay) Handle(ctx context.Context, req *Request) *Response {
 	case err != nil:
 		return Reject(400, wire.ReasonMalformedHeader, "%v", err)
 	}
-	if err := signature.VerifyHop(r.cfg.Secrets, hop, sig, req.Body, r.deps.Clock.Now(), r.cfg.Tolerance); err != nil {
+	if err := signature.VerifyValidHop(r.cfg.Secrets, hop, sig, req.Body, r.deps.Clock.Now(), r.cfg.Tolerance); err != nil {
 		if errors.Is(err, signature.ErrTimestamp) {
 			return Reject(401, wire.ReasonStaleTimestamp, "hop %v", err)
 		}

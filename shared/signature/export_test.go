@@ -1,4 +1,4 @@
 package signature
 
 // Canonical exposes the hop's signed prefix to the tests (docs/PROTOCOL.md shows it verbatim).
-func (h *Hop) Canonical() []byte { return h.canonical() }
+func (h *Hop) Canonical() []byte { return h.canonical(nil) }

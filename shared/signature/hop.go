@@ -1,6 +1,7 @@
 package signature
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"strconv"
 	"strings"
@@ -42,15 +43,13 @@ func (h *Hop) Validate() error {
 	return nil
 }
 
-// canonical returns the signed prefix:
+// canonical appends the signed prefix to b:
 //
 //	edgehook-hop-v1 \n delivery id \n subscriber id \n event type \n coalesce key \n attempt \n timestamp \n
 //
-// (no spaces), followed by the raw body.
-func (h *Hop) canonical() []byte {
-	// Appended into one buffer sized up front (48: room for two int64s and their newlines): in the
-	// relay's WASI build every allocation and call costs (edge/harness BenchmarkGuestCalls).
-	b := make([]byte, 0, len(hopVersion)+len(h.DeliveryID)+len(h.SubscriberID)+len(h.EventType)+len(h.CoalesceKey)+48)
+// (no spaces), followed by the raw body. Callers pass a stack buffer (see canonicalBuf): in the
+// relay's WASI build every allocation and call costs (edge/harness BenchmarkGuestCalls).
+func (h *Hop) canonical(b []byte) []byte {
 	for _, s := range [...]string{hopVersion, h.DeliveryID, h.SubscriberID, h.EventType, h.CoalesceKey} {
 		b = append(append(b, s...), '\n')
 	}
@@ -58,12 +57,19 @@ func (h *Hop) canonical() []byte {
 	return append(strconv.AppendInt(b, h.Timestamp, 10), '\n')
 }
 
+// canonicalBuf is the size of the buffer callers give canonical: room for the longest ids,
+// event type and coalesce key of usual traffic; a longer prefix grows onto the heap.
+const canonicalBuf = 256
+
 // SignHop returns the Edgehook-Signature value: one "v1,<base64>" per edge secret, space-separated.
 func SignHop(secrets []Secret, h *Hop, body []byte) string {
-	prefix := h.canonical()
+	var buf [canonicalBuf]byte
+	prefix := h.canonical(buf[:0])
 	sigs := make([]string, len(secrets))
 	for i, s := range secrets {
-		sigs[i] = versionPrefix + encode(mac(s.key, prefix, body))
+		var sum [sha256.Size]byte
+		mac(&sum, s.key, prefix, body)
+		sigs[i] = versionPrefix + encode(sum[:])
 	}
 	return strings.Join(sigs, " ")
 }
@@ -77,11 +83,27 @@ func VerifyHop(secrets []Secret, h *Hop, sigHeader string, body []byte, now time
 	if err := h.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
-	if err := checkTimestamp(strconv.FormatInt(h.Timestamp, 10), now, tolerance); err != nil {
+	return VerifyValidHop(secrets, h, sigHeader, body, now, tolerance)
+}
+
+// VerifyValidHop is VerifyHop for a hop whose fields the caller has checked with Validate already,
+// as the edge does to answer a malformed hop before a bad signature: it skips Validate.
+func VerifyValidHop(secrets []Secret, h *Hop, sigHeader string, body []byte, now time.Time, tolerance time.Duration) error {
+	if sigHeader == "" {
+		return ErrMissing
+	}
+	if h.Timestamp < 0 {
+		return fmt.Errorf("%w: timestamp %q is not unix seconds", ErrMalformed, strconv.FormatInt(h.Timestamp, 10))
+	}
+	if err := checkUnix(h.Timestamp, "", now, tolerance); err != nil {
 		return err
 	}
-	prefix := h.canonical()
-	return matchAny(sigHeader, secrets, func(key []byte) []byte { return mac(key, prefix, body) })
+	var buf [canonicalBuf]byte
+	prefix := h.canonical(buf[:0])
+	return matchAny(sigHeader, secrets, func(key []byte) (sum [sha256.Size]byte) {
+		mac(&sum, key, prefix, body)
+		return sum
+	})
 }
 
 // HeaderGetter is satisfied by net/http.Header and by the edge's own header maps.

@@ -1,6 +1,7 @@
 package signature
 
 import (
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"strconv"
@@ -30,5 +31,7 @@ func ValidateLegacyPrefix(prefix string) error {
 // The key is the secret's full text ("whsec_..."), as receivers configured with that string expect.
 func SignLegacy(secret Secret, timestamp int64, body []byte) string {
 	ts := strconv.FormatInt(timestamp, 10)
-	return "sha256=" + hex.EncodeToString(mac([]byte(secret.text), []byte(ts), dot, body))
+	var sum [sha256.Size]byte
+	mac(&sum, []byte(secret.text), []byte(ts), dot, body)
+	return "sha256=" + hex.EncodeToString(sum[:])
 }

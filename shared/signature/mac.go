@@ -7,11 +7,11 @@ import (
 	"crypto/sha256"
 )
 
-// mac returns HMAC-SHA256(key, parts...) without joining the parts into one buffer.
-func mac(key []byte, parts ...[]byte) []byte {
+// mac writes HMAC-SHA256(key, parts...) to dst without joining the parts into one buffer.
+func mac(dst *[sha256.Size]byte, key []byte, parts ...[]byte) {
 	h := hmac.New(sha256.New, key)
 	for _, p := range parts {
 		h.Write(p)
 	}
-	return h.Sum(nil)
+	h.Sum(dst[:0])
 }

@@ -15,17 +15,18 @@ import (
 //go:wasmimport edgehook hmac_sha256
 func hostHMAC(keyPtr, keyLen, iovPtr, iovCount, outPtr uint32)
 
-// mac returns HMAC-SHA256(key, parts...) computed by the host.
-func mac(key []byte, parts ...[]byte) []byte {
-	iov := make([]uint32, 0, 2*len(parts))
+// mac writes HMAC-SHA256(key, parts...), computed by the host, to dst.
+func mac(dst *[sha256.Size]byte, key []byte, parts ...[]byte) {
+	// The iovec array has room for every caller's parts (at most five), so it stays on the stack;
+	// more parts would spill to the heap through append.
+	iov := make([]uint32, 0, 10)
 	for _, p := range parts {
 		iov = append(iov, addr(p), uint32(len(p)))
 	}
-	out := make([]byte, sha256.Size)
-	hostHMAC(addr(key), uint32(len(key)), uint32(uintptr(unsafe.Pointer(unsafe.SliceData(iov)))), uint32(len(parts)), addr(out))
+	hostHMAC(addr(key), uint32(len(key)), uint32(uintptr(unsafe.Pointer(unsafe.SliceData(iov)))), uint32(len(parts)), addr(dst[:]))
 	runtime.KeepAlive(parts)
 	runtime.KeepAlive(key)
-	return out
+	runtime.KeepAlive(dst)
 }
 
 // addr returns the guest address of b's first byte (0 for an empty slice).

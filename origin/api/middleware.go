@@ -5,17 +5,17 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/edgehook/edgehook/shared/wire"
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 )
-
-const requestIDKey = "request_id"
 
 // assignRequestID takes a well-formed X-Request-Id from the client (so a caller can correlate) or
 // makes one, and echoes it in the response. A malformed one is replaced, so logs never carry
@@ -28,21 +28,38 @@ func assignRequestID(next echo.HandlerFunc) echo.HandlerFunc {
 			_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 			id = hex.EncodeToString(b[:])
 		}
-		c.Set(requestIDKey, id)
-		c.Response().Header().Set(echo.HeaderXRequestID, id)
+		c.Response().Header()[headerRequestID] = []string{id}
 		return next(c)
 	}
 }
 
+// requestID is the id assignRequestID put in the response header: reading it back there saves
+// echo's per-request context map.
 func requestID(c echo.Context) string {
-	id, _ := c.Get(requestIDKey).(string)
-	return id
+	if v := c.Response().Header()[headerRequestID]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
+
+// headerRequestID is echo.HeaderXRequestID in canonical form, so the header map is used without
+// canonicalising the key on every request.
+var headerRequestID = http.CanonicalHeaderKey(echo.HeaderXRequestID)
 
 // httpMetrics are the API's own Prometheus metrics.
 type httpMetrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	// counters caches the child counter of each (method, route, status) seen, and observers the
+	// histogram of each route: the label hashing and lookup of WithLabelValues is then paid once
+	// per label set, not once per request. Both are bounded: routes, methods and statuses are.
+	counters  sync.Map // counterKey → prometheus.Counter
+	observers sync.Map // route → prometheus.Observer
+}
+
+type counterKey struct {
+	method, route string
+	status        int
 }
 
 func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
@@ -65,11 +82,27 @@ func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
 	return m, nil
 }
 
+// observe counts one request and records its latency.
+func (m *httpMetrics) observe(method, route string, status int, elapsed time.Duration) {
+	k := counterKey{method, route, status}
+	c, ok := m.counters.Load(k)
+	if !ok {
+		c, _ = m.counters.LoadOrStore(k, m.requests.WithLabelValues(method, route, strconv.Itoa(status)))
+	}
+	c.(prometheus.Counter).Inc()
+	o, ok := m.observers.Load(route)
+	if !ok {
+		o, _ = m.observers.LoadOrStore(route, m.duration.WithLabelValues(route))
+	}
+	o.(prometheus.Observer).Observe(elapsed.Seconds())
+}
+
 var knownMethods = map[string]bool{http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true,
 	http.MethodPatch: true, http.MethodDelete: true, http.MethodOptions: true}
 
 // accessLog writes one log line per request (never the body or the Authorization header) and
-// counts it. It renders errors itself so the status it records is the one sent.
+// counts it. It renders errors itself so the status it records is the one sent. The line is built
+// from typed attributes, and only when the logger takes Info, so a quiet logger costs nothing.
 func (s *Server) accessLog(m *httpMetrics) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -86,10 +119,15 @@ func (s *Server) accessLog(m *httpMetrics) echo.MiddlewareFunc {
 			if !knownMethods[method] {
 				method = "other" // clients choose methods: keep the label set bounded
 			}
-			m.requests.WithLabelValues(method, route, strconv.Itoa(status)).Inc()
-			m.duration.WithLabelValues(route).Observe(elapsed.Seconds())
-			s.log.Info("request", "request_id", requestID(c), "method", method, "route", route,
-				"status", status, "bytes", c.Response().Size, "duration_ms", float64(elapsed.Microseconds())/1000)
+			m.observe(method, route, status, elapsed)
+			if h, ctx := s.log.Handler(), c.Request().Context(); h.Enabled(ctx, slog.LevelInfo) {
+				// A record without a caller: the line's source would always be this function.
+				r := slog.NewRecord(time.Now(), slog.LevelInfo, "request", 0)
+				r.AddAttrs(slog.String("request_id", requestID(c)), slog.String("method", method), slog.String("route", route),
+					slog.Int("status", status), slog.Int64("bytes", c.Response().Size),
+					slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000))
+				_ = h.Handle(ctx, r) // as slog.Logger does, a failed log write is not the request's error
+			}
 			return nil
 		}
 	}

@@ -508,6 +508,39 @@ func TestEventsEmittedWhileEverySubscriberIsAtItsCapGoOutWhenOneSettles(t *testi
 	}
 }
 
+func TestSettlesClaimTheSlotsTheyFreeExactlyOnce(t *testing.T) {
+	t.Parallel()
+	// With a poll interval of an hour and caps of 1 and 2, nearly every claim of this drain is
+	// made by the settle that freed the place (one transaction): each delivery must go out once,
+	// and the drain must reach idle.
+	e := newEnv(t, Config{PollInterval: time.Hour})
+	sinks := map[string]*sink{}
+	for sub, inFlight := range map[string]int{"a": 1, "b": 2} {
+		sinks[sub] = newSink(t, status(200))
+		e.sub(store.SubscriberInput{ID: sub, URL: sinks[sub].URL, MaxInFlight: inFlight})
+	}
+	const events = 25
+	for i := range events {
+		e.emit(fmt.Sprintf("e%d", i), "t", `{}`)
+	}
+	if res := e.drain(); res.Delivered != 2*events || res.Claimed != 2*events {
+		t.Fatalf("%+v, want %d claimed and delivered", res, 2*events)
+	}
+	for sub, k := range sinks {
+		seen := map[string]bool{}
+		for _, r := range k.received() {
+			id := r.header.Get(wire.HeaderWebhookID)
+			if seen[id] {
+				t.Fatalf("%s received %s twice", sub, id)
+			}
+			seen[id] = true
+		}
+		if len(seen) != events {
+			t.Fatalf("%s received %d events, want %d", sub, len(seen), events)
+		}
+	}
+}
+
 func TestDrainAppliesRetention(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{Retention: 24 * time.Hour})

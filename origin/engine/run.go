@@ -42,6 +42,14 @@ type run struct {
 	// run holds every one of them at its cap, a new emit has nothing a claim could take.
 	active     int
 	activeRead time.Time
+	// A settle that frees slots claims in the same transaction (one turn on the writer, not two)
+	// when the loop, waiting, would claim on that settle: claimOn says when that is (set by the
+	// loop before it waits, guarded by writer). The result goes to the loop through settleClaim
+	// (guarded by writer) and a signal on settleClaimed, in place of freed and capFreed.
+	claimOn       claimTrigger
+	claimCtx      context.Context // the loop's: a settle claims only while the loop runs
+	settleClaim   claimOutcome
+	settleClaimed chan struct{}
 
 	mu  sync.Mutex
 	res DrainResult
@@ -51,11 +59,29 @@ type run struct {
 // flight is one subscriber's deliveries in flight in a run, and its in-flight cap.
 type flight struct{ n, cap int }
 
+// claimTrigger is which settles the waiting loop would claim on.
+type claimTrigger int
+
+const (
+	claimOnNone     claimTrigger = iota // the loop waits for a wake-up or the poll, or is stopping
+	claimOnCapFreed                     // a settle of a subscriber this run held at its cap
+	claimOnAny                          // any settle
+)
+
+// claimOutcome is one claim's result as the loop decides what to do next with it.
+type claimOutcome struct {
+	res   store.ClaimResult
+	err   error
+	limit int // what was asked
+	atCap int // subscribers this run held at their cap after it
+}
+
 func (e *Engine) newRun(untilIdle bool, grace <-chan time.Duration) *run {
 	sendCtx, cancel := context.WithCancel(context.Background())
 	return &run{e: e, untilIdle: untilIdle, grace: grace, sendCtx: sendCtx, cancelSends: cancel,
 		outcomes: make(chan store.Settlement, e.cfg.Workers), slots: make(chan struct{}, e.cfg.Workers),
-		freed: make(chan struct{}, 1), complete: make(chan struct{}), flying: map[string]*flight{}, capFreed: make(chan struct{}, 1)}
+		freed: make(chan struct{}, 1), complete: make(chan struct{}), flying: map[string]*flight{}, capFreed: make(chan struct{}, 1),
+		settleClaimed: make(chan struct{}, 1)}
 }
 
 // loop claims and dispatches until ctx is done (or idle), then shuts down in order: stop
@@ -63,6 +89,7 @@ func (e *Engine) newRun(untilIdle bool, grace <-chan time.Duration) *run {
 // rows once at the start (so cron-run drains keep the database bounded too) and, for a daemon,
 // every PruneInterval.
 func (r *run) loop(ctx context.Context, daemon bool) {
+	r.claimCtx = ctx
 	go r.completer()
 	r.prune()
 	var pruneTick <-chan time.Time
@@ -73,48 +100,34 @@ func (r *run) loop(ctx context.Context, daemon bool) {
 	}
 	poll := time.NewTimer(0)
 	defer poll.Stop()
+	var last claimOutcome
+	claimed := false // last came from a settle's claim: decide on it without claiming first
 	for ctx.Err() == nil {
-		if len(r.slots) == cap(r.slots) {
-			select {
-			case <-r.freed:
-			case <-ctx.Done():
+		if !claimed {
+			if len(r.slots) == cap(r.slots) {
+				r.writer.Lock()
+				r.claimOn = claimOnAny
+				r.writer.Unlock()
+				select {
+				case <-r.freed:
+				case <-r.settleClaimed:
+					last, claimed = r.takeSettleClaim(), true
+				case <-ctx.Done():
+				}
+				continue
 			}
-			continue
-		}
-		// A claim takes whatever is free once its turn on the writer has come: when settles keep
-		// the writer busy, claims grow with the slots they freed meanwhile, and claim and settle
-		// transactions alternate with the sends of one batch overlapping the writes of another.
-		r.writer.Lock()
-		for _, ch := range []chan struct{}{r.freed, r.capFreed} {
-			select {
-			case <-ch: // stale: the claim sees those slots free (slots freed later signal again)
-			default:
+			last = r.claim(ctx)
+			if last.err != nil {
+				if ctx.Err() != nil {
+					break
+				}
+				r.e.log.Error("claim failed", "err", last.err)
+				r.e.m.claimErrors.Inc()
 			}
 		}
-		free := cap(r.slots) - len(r.slots)
-		res, err := r.e.st.Claim(ctx, store.ClaimParams{Now: r.e.cfg.Now(), Limit: min(free, r.e.cfg.BatchSize), LeaseDuration: r.e.cfg.LeaseDuration})
-		for _, c := range res.Deliveries {
-			f := r.flying[c.Subscriber.ID]
-			if f == nil {
-				f = &flight{}
-				r.flying[c.Subscriber.ID] = f
-			}
-			f.n, f.cap = f.n+1, c.Subscriber.MaxInFlight
-			r.slots <- struct{}{}
-			r.sends.Add(1)
-			go r.send(c)
-		}
-		atCap := r.atCap()
-		r.writer.Unlock()
-		if err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			r.e.log.Error("claim failed", "err", err)
-			r.e.m.claimErrors.Inc()
-		}
-		r.count(func(d *DrainResult) { d.Claimed += len(res.Deliveries) })
-		if len(res.Deliveries) > 0 && len(res.Deliveries) == min(free, r.e.cfg.BatchSize) {
+		claimed = false
+		res, err := last.res, last.err
+		if len(res.Deliveries) > 0 && len(res.Deliveries) == last.limit {
 			continue // probably more due: claim again at once
 		}
 		if r.untilIdle && err == nil && len(res.Deliveries) == 0 && !res.Waiting && len(r.slots) == 0 {
@@ -132,24 +145,30 @@ func (r *run) loop(ctx context.Context, daemon bool) {
 		// at their in-flight cap (a stuck one, say), only a settle of theirs can help; buckets
 		// have the NextToken timer, and caps held by other processes the poll.
 		var freed <-chan struct{}
+		on := claimOnNone
 		switch {
-		case err != nil || r.untilIdle || res.Waiting && atCap == 0:
-			freed = r.freed
+		case err != nil || r.untilIdle || res.Waiting && last.atCap == 0:
+			freed, on = r.freed, claimOnAny
 		case res.Waiting:
-			freed = r.capFreed
+			freed, on = r.capFreed, claimOnCapFreed
 		}
 		// While this run holds every active subscriber at its cap (a backlog), the deliveries of
 		// new emits wait for a settle to free a place: claiming on each emit's wake-up would be
 		// an empty transaction (most claims were, at 1,000 emits/s). That settle wakes the loop.
 		wake := r.e.st.Wake()
-		if atCap > 0 && atCap >= r.activeSubscribers(ctx) {
-			wake, freed = nil, r.capFreed
+		if last.atCap > 0 && last.atCap >= r.activeSubscribers(ctx) {
+			wake, freed, on = nil, r.capFreed, claimOnCapFreed
 		}
+		r.writer.Lock()
+		r.claimOn = on
+		r.writer.Unlock()
 		poll.Reset(wait)
 		select {
 		case <-poll.C:
 		case <-wake:
 		case <-freed:
+		case <-r.settleClaimed:
+			last, claimed = r.takeSettleClaim(), true
 		case <-pruneTick:
 			r.prune()
 		case <-ctx.Done():
@@ -158,8 +177,57 @@ func (r *run) loop(ctx context.Context, daemon bool) {
 	r.shutdown()
 }
 
+// claim claims whatever slots are free, once its turn on the writer has come: when settles keep
+// the writer busy, claims grow with the slots they freed meanwhile, and claim and settle
+// transactions alternate with the sends of one batch overlapping the writes of another.
+func (r *run) claim(ctx context.Context) claimOutcome {
+	r.writer.Lock()
+	defer r.writer.Unlock()
+	for _, ch := range []chan struct{}{r.freed, r.capFreed, r.settleClaimed} {
+		select {
+		case <-ch: // stale: this claim sees those slots free (slots freed later signal again)
+		default:
+		}
+	}
+	out := claimOutcome{limit: min(cap(r.slots)-len(r.slots), r.e.cfg.BatchSize)}
+	out.res, out.err = r.e.st.Claim(ctx, r.claimParams(out.limit))
+	r.dispatch(out.res.Deliveries)
+	out.atCap = r.atCap()
+	return out
+}
+
+func (r *run) claimParams(limit int) store.ClaimParams {
+	return store.ClaimParams{Now: r.e.cfg.Now(), Limit: limit, LeaseDuration: r.e.cfg.LeaseDuration}
+}
+
+// dispatch takes a slot for each claimed delivery and sends it. The caller holds writer.
+func (r *run) dispatch(claimed []store.Claimed) {
+	for _, c := range claimed {
+		f := r.flying[c.Subscriber.ID]
+		if f == nil {
+			f = &flight{}
+			r.flying[c.Subscriber.ID] = f
+		}
+		f.n, f.cap = f.n+1, c.Subscriber.MaxInFlight
+		r.slots <- struct{}{}
+		r.sends.Add(1)
+		go r.send(c)
+	}
+	r.count(func(d *DrainResult) { d.Claimed += len(claimed) })
+}
+
+// takeSettleClaim returns the result of the claim a settle made.
+func (r *run) takeSettleClaim() claimOutcome {
+	r.writer.Lock()
+	defer r.writer.Unlock()
+	return r.settleClaim
+}
+
 // shutdown waits for sends up to the grace, cancels the rest and waits for the completer.
 func (r *run) shutdown() {
+	r.writer.Lock()
+	r.claimOn = claimOnNone // settles claim no more
+	r.writer.Unlock()
 	grace := r.e.cfg.StopGrace // the daemon's ctx was cancelled without a Stop
 	select {
 	case grace = <-r.grace:
@@ -202,8 +270,16 @@ func (r *run) completer() {
 		batch := r.take([]store.Settlement{first}, gather.C)
 		r.writer.Lock()
 		batch = r.take(batch, nil)
-		r.settle(batch)
 		wasAtCap := r.land(batch)
+		if r.claimCtx.Err() == nil && (r.claimOn == claimOnAny || r.claimOn == claimOnCapFreed && wasAtCap) {
+			if r.settleAndClaim(batch) {
+				r.writer.Unlock()
+				signal(r.settleClaimed)
+				continue
+			}
+		} else {
+			r.settle(batch)
+		}
 		r.writer.Unlock()
 		for range batch {
 			<-r.slots
@@ -213,6 +289,29 @@ func (r *run) completer() {
 			signal(r.capFreed)
 		}
 	}
+}
+
+// settleAndClaim settles a batch and claims the slots it frees in one transaction, dispatches
+// what it claimed and leaves the result for the loop. If that transaction fails, the batch is
+// settled alone (with settle's retries) and it reports false: the caller frees the slots and
+// signals the loop as after any settle. The caller holds writer.
+func (r *run) settleAndClaim(batch []store.Settlement) bool {
+	out := claimOutcome{limit: min(cap(r.slots)-len(r.slots)+len(batch), r.e.cfg.BatchSize)}
+	var stale int
+	stale, out.res, out.err = r.e.st.SettleAndClaim(context.Background(), r.e.cfg.Now(), r.policy(), batch, r.claimParams(out.limit))
+	if out.err != nil {
+		r.e.log.Warn("settle and claim failed; settling alone", "err", out.err)
+		r.settle(batch)
+		return false
+	}
+	r.settled(batch, stale)
+	for range batch {
+		<-r.slots
+	}
+	r.dispatch(out.res.Deliveries)
+	out.atCap = r.atCap()
+	r.settleClaim = out
+	return true
 }
 
 // land takes a settled batch off the subscribers' counts in flight and reports whether one of
@@ -301,26 +400,31 @@ func (r *run) take(batch []store.Settlement, wait <-chan time.Time) []store.Sett
 // settle writes a batch, retrying briefly: a lost batch is not lost work (the leases expire and
 // the deliveries are sent again) but it costs duplicates.
 func (r *run) settle(batch []store.Settlement) {
-	policy := store.CircuitPolicy{Threshold: r.e.cfg.CircuitThreshold, BaseCooldown: r.e.cfg.CircuitCooldown, MaxCooldown: r.e.cfg.CircuitMaxCooldown}
 	var err error
 	for try := 0; try < 3; try++ {
 		var stale int
-		stale, err = r.e.st.Settle(context.Background(), r.e.cfg.Now(), policy, batch)
+		stale, err = r.e.st.Settle(context.Background(), r.e.cfg.Now(), r.policy(), batch)
 		if err == nil {
-			r.e.m.staleSettles.Add(float64(stale))
-			if stale > 0 {
-				r.e.log.Warn("outcomes arrived after their lease was taken over", "count", stale)
-			}
-			break
+			r.settled(batch, stale)
+			return
 		}
 		time.Sleep(time.Duration(try+1) * 100 * time.Millisecond)
 	}
-	if err != nil {
-		r.e.log.Error("settle failed; the leases will expire and the deliveries be sent again", "count", len(batch), "err", err)
-		r.mu.Lock()
-		r.err = err
-		r.mu.Unlock()
-		return
+	r.e.log.Error("settle failed; the leases will expire and the deliveries be sent again", "count", len(batch), "err", err)
+	r.mu.Lock()
+	r.err = err
+	r.mu.Unlock()
+}
+
+func (r *run) policy() store.CircuitPolicy {
+	return store.CircuitPolicy{Threshold: r.e.cfg.CircuitThreshold, BaseCooldown: r.e.cfg.CircuitCooldown, MaxCooldown: r.e.cfg.CircuitMaxCooldown}
+}
+
+// settled counts a batch written, stale of whose outcomes had lost their lease.
+func (r *run) settled(batch []store.Settlement, stale int) {
+	r.e.m.staleSettles.Add(float64(stale))
+	if stale > 0 {
+		r.e.log.Warn("outcomes arrived after their lease was taken over", "count", stale)
 	}
 	r.count(func(d *DrainResult) {
 		for _, it := range batch {

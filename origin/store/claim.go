@@ -82,98 +82,124 @@ func (c *candidate) held(res *ClaimResult) {
 // Each subscriber's rows are taken with one UPDATE … WHERE seq IN (SELECT … LIMIT n) RETURNING
 // statement stamping a random lease token and the expiry; Settle checks that token.
 func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
-	if p.Limit <= 0 || p.LeaseDuration <= 0 {
-		return ClaimResult{}, fmt.Errorf("claim: limit %d and lease %s must be positive", p.Limit, p.LeaseDuration)
+	c, err := s.newClaim(p)
+	if err != nil {
+		return ClaimResult{}, err
 	}
-	now := ms(p.Now)
-	leaseUntil := ms(p.Now.Add(p.LeaseDuration))
-	token := randomHex(16)
-	last := s.rescuedAt.Load()
-	rescue := last == 0 || now < last || now-last >= rescueInterval.Milliseconds()
 	var res ClaimResult
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		res = ClaimResult{}
-		if rescue {
-			if err := s.rescueExpired(ctx, tx, now); err != nil {
-				return fmt.Errorf("claim: rescue expired leases: %w", err)
-			}
-		}
-		cands, err := s.claimCandidates(ctx, tx, now)
-		if err != nil {
-			return err
-		}
-		remaining := p.Limit
-		var rows []claimedRow
-		for pass := 0; pass < 2 && remaining > 0; pass++ {
-			share := remaining
-			if pass == 0 {
-				share = max(1, p.Limit/max(1, len(cands)))
-			}
-			var asks []claimAsk
-			left := remaining
-			for _, c := range cands {
-				if want := min(c.budget-c.taken, share, left); !c.exhausted && want > 0 {
-					asks = append(asks, claimAsk{c: c, n: want})
-					left -= want
-				}
-			}
-			got, err := s.claimBatch(ctx, tx, asks, now, leaseUntil, token)
-			if err != nil {
-				return err
-			}
-			rows = append(rows, got...)
-			for _, a := range asks {
-				a.c.taken += a.got
-				remaining -= a.got
-				a.c.exhausted = a.got < a.n
-			}
-		}
-		var spent []spend
-		for _, c := range cands {
-			if c.taken == 0 {
-				if c.budget == 0 && (c.byTokens || !res.Waiting) {
-					due, err := s.hasDue(ctx, tx, c.id, now)
-					if err != nil {
-						return err
-					}
-					if due {
-						c.held(&res)
-					}
-				}
-				continue
-			}
-			if !c.exhausted && c.taken == c.budget {
-				c.held(&res) // limited, maybe more due
-			}
-			spent = append(spent, spend{ID: c.id, Tokens: c.tokens - float64(c.taken), Probe: c.probe})
-		}
-		if len(rows) == 0 {
-			return nil
-		}
-		c := countDeltas{}
-		for _, r := range rows {
-			c.move(r.subID, StatusPending, StatusLeased, 1)
-		}
-		if err := c.write(ctx, s, tx); err != nil {
-			return err
-		}
-		if err := s.spendTokens(ctx, tx, spent, now, leaseUntil); err != nil {
-			return err
-		}
-		subs, err := s.matchingSubscribers(ctx, tx)
-		if err != nil {
-			return err
-		}
-		res.Deliveries, err = s.completeClaims(ctx, tx, rows, subs, cands, token, leaseUntil)
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err = s.claimTx(ctx, tx, c)
 		return err
 	})
 	if err != nil {
 		return ClaimResult{}, err
 	}
-	if rescue {
-		s.rescuedAt.Store(now)
-	}
+	s.claimed(c)
 	return res, nil
+}
+
+// claimPlan is one claim's parameters, as its transaction uses them.
+type claimPlan struct {
+	limit           int
+	now, leaseUntil int64 // ms
+	token           string
+	rescue          bool // look for expired leases first
+}
+
+// newClaim checks p and prepares a claim; rescue says whether this one looks for expired leases.
+func (s *Store) newClaim(p ClaimParams) (claimPlan, error) {
+	if p.Limit <= 0 || p.LeaseDuration <= 0 {
+		return claimPlan{}, fmt.Errorf("claim: limit %d and lease %s must be positive", p.Limit, p.LeaseDuration)
+	}
+	now := ms(p.Now)
+	last := s.rescuedAt.Load()
+	return claimPlan{limit: p.Limit, now: now, leaseUntil: ms(p.Now.Add(p.LeaseDuration)), token: randomHex(16),
+		rescue: last == 0 || now < last || now-last >= rescueInterval.Milliseconds()}, nil
+}
+
+// claimed records, once a claim's transaction committed, that it looked for expired leases.
+func (s *Store) claimed(c claimPlan) {
+	if c.rescue {
+		s.rescuedAt.Store(c.now)
+	}
+}
+
+// claimTx runs a claim in tx (see Claim).
+func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, cl claimPlan) (ClaimResult, error) {
+	var res ClaimResult
+	if cl.rescue {
+		if err := s.rescueExpired(ctx, tx, cl.now); err != nil {
+			return res, fmt.Errorf("claim: rescue expired leases: %w", err)
+		}
+	}
+	cands, err := s.claimCandidates(ctx, tx, cl.now)
+	if err != nil {
+		return res, err
+	}
+	remaining := cl.limit
+	var rows []claimedRow
+	for pass := 0; pass < 2 && remaining > 0; pass++ {
+		share := remaining
+		if pass == 0 {
+			share = max(1, cl.limit/max(1, len(cands)))
+		}
+		var asks []claimAsk
+		left := remaining
+		for _, c := range cands {
+			if want := min(c.budget-c.taken, share, left); !c.exhausted && want > 0 {
+				asks = append(asks, claimAsk{c: c, n: want})
+				left -= want
+			}
+		}
+		got, err := s.claimBatch(ctx, tx, asks, cl.now, cl.leaseUntil, cl.token)
+		if err != nil {
+			return res, err
+		}
+		rows = append(rows, got...)
+		for _, a := range asks {
+			a.c.taken += a.got
+			remaining -= a.got
+			a.c.exhausted = a.got < a.n
+		}
+	}
+	var spent []spend
+	for _, c := range cands {
+		if c.taken == 0 {
+			if c.budget == 0 && (c.byTokens || !res.Waiting) {
+				due, err := s.hasDue(ctx, tx, c.id, cl.now)
+				if err != nil {
+					return res, err
+				}
+				if due {
+					c.held(&res)
+				}
+			}
+			continue
+		}
+		if !c.exhausted && c.taken == c.budget {
+			c.held(&res) // limited, maybe more due
+		}
+		spent = append(spent, spend{ID: c.id, Tokens: c.tokens - float64(c.taken), Probe: c.probe})
+	}
+	if len(rows) == 0 {
+		return res, nil
+	}
+	moves := countDeltas{}
+	for _, r := range rows {
+		moves.move(r.subID, StatusPending, StatusLeased, 1)
+	}
+	if err := moves.write(ctx, s, tx); err != nil {
+		return res, err
+	}
+	if err := s.spendTokens(ctx, tx, spent, cl.now, cl.leaseUntil); err != nil {
+		return res, err
+	}
+	subs, err := s.matchingSubscribers(ctx, tx)
+	if err != nil {
+		return res, err
+	}
+	res.Deliveries, err = s.completeClaims(ctx, tx, rows, subs, cands, cl.token, cl.leaseUntil)
+	return res, err
 }
 
 // rescueInterval is how often (in claim time) a claim first looks for expired leases: the look

@@ -215,6 +215,64 @@ func TestExpiredLeaseIsReclaimedAndStaleSettleIgnored(t *testing.T) {
 	}
 }
 
+func TestSettleAndClaimInOneTransaction(t *testing.T) {
+	t.Parallel()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a", MaxInFlight: 2})
+	mustSub(t, s, SubscriberInput{ID: "b", Events: []string{"b.*"}})
+	emitN(t, s, "a", 4) // a.t events: for a only
+	first := claim(t, s, clk.Now(), 10).Deliveries
+	if len(first) != 2 {
+		t.Fatalf("claimed %d, want a's cap of 2", len(first))
+	}
+	emitN(t, s, "b", 3) // for a and b
+	policy := CircuitPolicy{Threshold: 3, BaseCooldown: time.Minute, MaxCooldown: 10 * time.Minute}
+	ok := done(first[0], ResultDelivered)
+	ok.Attempt = &Attempt{At: clk.Now(), Status: 200, Outcome: "delivered"}
+	lost := done(first[1], ResultDelivered)
+	lost.LeaseToken = "stale" // a lease taken over: changes nothing, and must not stop the claim
+	stale, res, err := s.SettleAndClaim(context.Background(), clk.Now(), policy, []Settlement{ok, lost},
+		ClaimParams{Now: clk.Now(), Limit: 10, LeaseDuration: time.Minute})
+	if err != nil || stale != 1 {
+		t.Fatalf("stale = %d, err = %v; want 1, nil", stale, err)
+	}
+	bySub := map[string]int{}
+	for _, c := range res.Deliveries {
+		bySub[c.Subscriber.ID]++
+		if c.Seq == first[0].Seq || c.Seq == first[1].Seq {
+			t.Fatalf("delivery %d claimed again", c.Seq)
+		}
+	}
+	// a got back the one place its settle freed (the stale one still holds the other); b all 3.
+	if bySub["a"] != 1 || bySub["b"] != 3 || !res.Waiting {
+		t.Fatalf("claimed %v (waiting %v), want a:1 b:3 with a's due work left waiting", bySub, res.Waiting)
+	}
+	d, err := s.GetDelivery(context.Background(), first[0].DeliveryID)
+	if err != nil || d.Status != StatusDelivered || len(d.AttemptLog) != 1 || d.AttemptLog[0].Number != 1 {
+		t.Fatalf("settled delivery: %+v %v", d, err)
+	}
+	if d, err := s.GetDelivery(context.Background(), first[1].DeliveryID); err != nil || d.Status != StatusLeased {
+		t.Fatalf("the stale settlement changed its delivery: %+v %v", d, err)
+	}
+	if got := counts(t, s, "a"); got[StatusDelivered] != 1 || got[StatusLeased] != 2 || got[StatusPending] != 4 {
+		t.Fatalf("a's counts %v, want delivered 1, leased 2, pending 4", got)
+	}
+	// A bad batch writes nothing, neither the settle nor the claim.
+	twice := done(res.Deliveries[0], ResultDelivered)
+	if _, _, err := s.SettleAndClaim(context.Background(), clk.Now(), policy, []Settlement{twice, twice},
+		ClaimParams{Now: clk.Now(), Limit: 10, LeaseDuration: time.Minute}); err == nil {
+		t.Fatal("a delivery settled twice in one batch was accepted")
+	}
+	if got := counts(t, s, "b"); got[StatusLeased] != 3 || got[StatusDelivered] != 0 {
+		t.Fatalf("b's counts after a refused batch: %v", got)
+	}
+	// With nothing to settle it is a claim, with Claim's rules (a is at its cap).
+	if _, res, err := s.SettleAndClaim(context.Background(), clk.Now(), policy, nil,
+		ClaimParams{Now: clk.Now(), Limit: 10, LeaseDuration: time.Minute}); err != nil || len(res.Deliveries) != 0 {
+		t.Fatalf("claim past the caps: %d, %v", len(res.Deliveries), err)
+	}
+}
+
 func TestCircuitBreaker(t *testing.T) {
 	t.Parallel()
 	s, clk := open(t, Options{})

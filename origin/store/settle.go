@@ -74,41 +74,85 @@ func (s *Store) Settle(ctx context.Context, now time.Time, policy CircuitPolicy,
 	if len(items) == 0 {
 		return 0, nil
 	}
+	rows, err := newSettleRows(items)
+	if err != nil {
+		return 0, err
+	}
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		stale, err = s.settleTx(ctx, tx, now, policy, items, rows)
+		return err
+	})
+	return stale, err
+}
+
+// SettleAndClaim settles items as Settle does and then claims as Claim does, in one write
+// transaction: an engine whose settle frees slots refills them without waiting for a second turn
+// on the writer. A stale settlement (lost lease) is skipped and counted, as in Settle; it does not
+// stop the claim. With no items it is a Claim.
+func (s *Store) SettleAndClaim(ctx context.Context, now time.Time, policy CircuitPolicy, items []Settlement, p ClaimParams) (stale int, res ClaimResult, err error) {
+	rows, err := newSettleRows(items)
+	if err != nil {
+		return 0, ClaimResult{}, err
+	}
+	c, err := s.newClaim(p)
+	if err != nil {
+		return 0, ClaimResult{}, err
+	}
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		if len(items) > 0 {
+			if stale, err = s.settleTx(ctx, tx, now, policy, items, rows); err != nil {
+				return err
+			}
+		}
+		res, err = s.claimTx(ctx, tx, c)
+		return err
+	})
+	if err != nil {
+		return 0, ClaimResult{}, err
+	}
+	s.claimed(c)
+	return stale, res, nil
+}
+
+// newSettleRows checks a batch (each delivery once, known results) and turns it into settleRows.
+func newSettleRows(items []Settlement) ([]settleRow, error) {
 	rows := make([]settleRow, len(items))
 	seen := make(map[int64]bool, len(items))
 	for i := range items {
 		if seen[items[i].Seq] {
-			return 0, fmt.Errorf("settle: delivery %d appears twice in one batch", items[i].Seq)
+			return nil, fmt.Errorf("settle: delivery %d appears twice in one batch", items[i].Seq)
 		}
 		seen[items[i].Seq] = true
+		var err error
 		if rows[i], err = newSettleRow(&items[i]); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		attempts, err := s.settleDeliveries(ctx, tx, rows, ms(now))
-		if err != nil {
-			return fmt.Errorf("settle: %w", err)
+	return rows, nil
+}
+
+// settleTx applies a checked batch in tx and returns how many settlements were stale.
+func (s *Store) settleTx(ctx context.Context, tx *sql.Tx, now time.Time, policy CircuitPolicy, items []Settlement, rows []settleRow) (int, error) {
+	attempts, err := s.settleDeliveries(ctx, tx, rows, ms(now))
+	if err != nil {
+		return 0, fmt.Errorf("settle: %w", err)
+	}
+	if err := s.logAttempts(ctx, tx, items, attempts); err != nil {
+		return 0, fmt.Errorf("settle: attempts: %w", err)
+	}
+	var order []string
+	bySub := map[string][]*Settlement{}
+	for i := range items {
+		it := &items[i]
+		if _, ok := attempts[it.Seq]; !ok {
+			continue
 		}
-		stale = len(items) - len(attempts)
-		if err := s.logAttempts(ctx, tx, items, attempts); err != nil {
-			return fmt.Errorf("settle: attempts: %w", err)
+		if bySub[it.SubscriberID] == nil {
+			order = append(order, it.SubscriberID)
 		}
-		var order []string
-		bySub := map[string][]*Settlement{}
-		for i := range items {
-			it := &items[i]
-			if _, ok := attempts[it.Seq]; !ok {
-				continue
-			}
-			if bySub[it.SubscriberID] == nil {
-				order = append(order, it.SubscriberID)
-			}
-			bySub[it.SubscriberID] = append(bySub[it.SubscriberID], it)
-		}
-		return s.settleSubscribers(ctx, tx, order, bySub, now, policy)
-	})
-	return stale, err
+		bySub[it.SubscriberID] = append(bySub[it.SubscriberID], it)
+	}
+	return len(items) - len(attempts), s.settleSubscribers(ctx, tx, order, bySub, now, policy)
 }
 
 // settleRow is one settlement as the batch UPDATE reads it (settleSQL's j, in this order).

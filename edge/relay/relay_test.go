@@ -357,3 +357,33 @@ func TestReadAll(t *testing.T) {
 		t.Fatalf("got %d %q, want 503 with the coalesce mark's read error", resp.Status, resp.Detail)
 	}
 }
+
+// TestHopHeadersReadInOnePass: the relay collects the hop headers in one pass over the request's
+// (hopText), so each required one is still required by its exact name, a name that only starts
+// like one does not stand in for it, and an optional coalesce key is read.
+func TestHopHeadersReadInOnePass(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, coalesceRecord)
+	r := f.relay(t, f.subs, f.dedup, upstreamFunc(ok200))
+	for _, name := range []string{wire.HeaderDeliveryID, wire.HeaderSubscriberID, wire.HeaderEventType,
+		wire.HeaderAttempt, wire.HeaderHopTimestamp, wire.HeaderHopSignature} {
+		req := f.request("", nil)
+		v := req.Header.Get(name)
+		req.Header.Del(name)
+		req.Header.Set(name+"x", v) // a near miss
+		req.Header.Set(name[:len(name)-1], v)
+		resp := r.Handle(context.Background(), req)
+		if resp.Status != 400 || resp.Header.Get(wire.HeaderOutcome) != "rejected:"+wire.ReasonMissingHeader || !strings.Contains(resp.Detail, name) {
+			t.Errorf("without %s: got %d %q %q, want 400 rejected:%s naming it", name, resp.Status, resp.Header.Get(wire.HeaderOutcome), resp.Detail, wire.ReasonMissingHeader)
+		}
+	}
+	// The coalesce key is signed: dropping it breaks the signature, so the relay read it.
+	req := f.request("k1", nil)
+	req.Header.Del(wire.HeaderCoalesceKey)
+	if resp := r.Handle(context.Background(), req); resp.Status != 401 {
+		t.Errorf("without the signed coalesce key: got %d %q, want 401", resp.Status, resp.Detail)
+	}
+	if resp := r.Handle(context.Background(), f.request("k1", nil)); resp.Status != 200 {
+		t.Errorf("with every hop header: got %d %q, want 200", resp.Status, resp.Detail)
+	}
+}

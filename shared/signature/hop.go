@@ -129,32 +129,50 @@ func SetHopHeaders(dst HeaderSetter, secrets []Secret, h *Hop, body []byte) {
 // naming it; a number not in the canonical decimal form SetHopHeaders writes ("+1", "01") is
 // ErrMalformed naming it, so the signed text and the header text are always the same.
 func ParseHopHeaders(src HeaderGetter) (h *Hop, sigHeader string, err error) {
-	h = &Hop{
+	t := HopText{
 		DeliveryID:   src.Get(wire.HeaderDeliveryID),
 		SubscriberID: src.Get(wire.HeaderSubscriberID),
 		EventType:    src.Get(wire.HeaderEventType),
 		CoalesceKey:  src.Get(wire.HeaderCoalesceKey),
+		Attempt:      src.Get(wire.HeaderAttempt),
+		Timestamp:    src.Get(wire.HeaderHopTimestamp),
+		Signature:    src.Get(wire.HeaderHopSignature),
 	}
-	attempt, ts := src.Get(wire.HeaderAttempt), src.Get(wire.HeaderHopTimestamp)
-	sigHeader = src.Get(wire.HeaderHopSignature)
-	for _, f := range [][2]string{
-		{wire.HeaderDeliveryID, h.DeliveryID}, {wire.HeaderSubscriberID, h.SubscriberID},
-		{wire.HeaderEventType, h.EventType}, {wire.HeaderAttempt, attempt},
-		{wire.HeaderHopTimestamp, ts}, {wire.HeaderHopSignature, sigHeader},
+	h = new(Hop)
+	if err := t.Parse(h); err != nil {
+		return nil, "", err
+	}
+	return h, t.Signature, nil
+}
+
+// HopText holds the hop headers' values as received ("" for an absent header). The edge fills it
+// in one pass over its request's headers rather than looking each one up (ParseHopHeaders).
+type HopText struct {
+	DeliveryID, SubscriberID, EventType, CoalesceKey, Attempt, Timestamp, Signature string
+}
+
+// Parse sets h's fields from t, with ParseHopHeaders' checks and errors; the signature is
+// t.Signature. It does not Validate the fields.
+func (t *HopText) Parse(h *Hop) error {
+	for _, f := range [...][2]string{
+		{wire.HeaderDeliveryID, t.DeliveryID}, {wire.HeaderSubscriberID, t.SubscriberID},
+		{wire.HeaderEventType, t.EventType}, {wire.HeaderAttempt, t.Attempt},
+		{wire.HeaderHopTimestamp, t.Timestamp}, {wire.HeaderHopSignature, t.Signature},
 	} {
 		if f[1] == "" {
-			return nil, "", fmt.Errorf("%w: %s", ErrMissing, f[0])
+			return fmt.Errorf("%w: %s", ErrMissing, f[0])
 		}
 	}
-	n, ok := parseCanonicalInt(attempt, 0)
+	n, ok := parseCanonicalInt(t.Attempt, 0)
 	if !ok {
-		return nil, "", fmt.Errorf("%w: %s %q is not a plain decimal integer", ErrMalformed, wire.HeaderAttempt, attempt)
+		return fmt.Errorf("%w: %s %q is not a plain decimal integer", ErrMalformed, wire.HeaderAttempt, t.Attempt)
 	}
-	h.Attempt = int(n)
-	if h.Timestamp, ok = parseCanonicalInt(ts, 64); !ok {
-		return nil, "", fmt.Errorf("%w: %s %q is not plain decimal unix seconds", ErrMalformed, wire.HeaderHopTimestamp, ts)
+	ts, ok := parseCanonicalInt(t.Timestamp, 64)
+	if !ok {
+		return fmt.Errorf("%w: %s %q is not plain decimal unix seconds", ErrMalformed, wire.HeaderHopTimestamp, t.Timestamp)
 	}
-	return h, sigHeader, nil
+	*h = Hop{DeliveryID: t.DeliveryID, SubscriberID: t.SubscriberID, EventType: t.EventType, CoalesceKey: t.CoalesceKey, Attempt: int(n), Timestamp: ts}
+	return nil
 }
 
 // parseCanonicalInt parses s as strconv.ParseInt(s, 10, bitSize) does and reports whether s is

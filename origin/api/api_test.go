@@ -488,3 +488,28 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestEmitResultJSON pins the hand-written answer of a single emit to the bytes encoding/json
+// (as c.JSON) would send, and checks it declines ids that encoding/json would escape.
+func TestEmitResultJSON(t *testing.T) {
+	for _, r := range []api.EmitResult{
+		{ID: "evt_0123456789abcdef0123456789abcdef", Deliveries: 12},
+		{ID: "a.b:c-d_e", Deliveries: 0, Duplicate: true},
+		{ID: "x", Deliveries: 3, Superseded: 2},
+		{ID: "y", Deliveries: -1, Duplicate: true, Superseded: 1 << 40},
+	} {
+		var want bytes.Buffer
+		if err := json.NewEncoder(&want).Encode(r); err != nil {
+			t.Fatal(err)
+		}
+		got, ok := api.EmitResultJSON(r)
+		if !ok || string(got) != want.String() {
+			t.Errorf("%+v: got %q, %v; want %q", r, got, ok, want.String())
+		}
+	}
+	for _, id := range []string{`a"b`, `a\b`, "a<b", "a>b", "a&b", "a\nb", "é", "a\x7fb"} {
+		if got, ok := api.EmitResultJSON(api.EmitResult{ID: id}); ok {
+			t.Errorf("id %q: got %q, want a decline", id, got)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 
 	"github.com/labstack/echo/v4"
 )
@@ -17,15 +18,37 @@ import (
 // within the limit (413), and the JSON one value of the expected shape with no unknown fields and
 // nothing after it (400, naming the field when the decoder knows it).
 func decodeJSON(c echo.Context, v any) error {
-	ct := c.Request().Header.Get(echo.HeaderContentType)
-	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != echo.MIMEApplicationJSON {
-		return errorf(http.StatusUnsupportedMediaType, CodeUnsupportedMedia, "", "Content-Type must be application/json, not %q", ct)
+	r := c.Request()
+	ct := r.Header.Get(echo.HeaderContentType)
+	if ct != echo.MIMEApplicationJSON { // the usual header needs no parsing
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != echo.MIMEApplicationJSON {
+			return errorf(http.StatusUnsupportedMediaType, CodeUnsupportedMedia, "", "Content-Type must be application/json, not %q", ct)
+		}
 	}
-	body, err := io.ReadAll(c.Request().Body)
-	if err != nil {
+	buf := bodyBuffers.Get().(*bytes.Buffer)
+	defer putBodyBuffer(buf)
+	if r.ContentLength > 0 { // within the limit: limitBody refused more
+		buf.Grow(int(r.ContentLength) + bytes.MinRead) // ReadFrom then reads it all without growing
+	}
+	if _, err := buf.ReadFrom(r.Body); err != nil {
 		return ToError(err) // *http.MaxBytesError → 413
 	}
-	return strictUnmarshal(body, v)
+	return strictUnmarshal(buf.Bytes(), v)
+}
+
+// bodyBuffers recycles request body buffers: decoding copies out everything it keeps (strings,
+// json.RawMessage), so a body's bytes are garbage once decoded.
+var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledBody bounds the buffers kept, so one large batch does not pin its memory.
+const maxPooledBody = 64 << 10
+
+func putBodyBuffer(b *bytes.Buffer) {
+	if b.Cap() > maxPooledBody {
+		return
+	}
+	b.Reset()
+	bodyBuffers.Put(b)
 }
 
 // decodeOptionalJSON is decodeJSON for routes whose body may be left out (no Content-Length and

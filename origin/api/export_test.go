@@ -1,0 +1,4 @@
+package api
+
+// EmitResultJSON exposes emitResultJSON to the external tests.
+var EmitResultJSON = emitResultJSON

@@ -73,7 +73,8 @@ func (r *Relay) Handle(ctx context.Context, req *Request) *Response {
 		}
 		return Reject(401, wire.ReasonBadSignature, "hop signature: %v (is %s the origin's edge secret?)", err, EnvSecret)
 	}
-	subKey, dedupKey, markKey := wire.SubscriberKey(hop.SubscriberID), wire.DedupKey(hop.DeliveryID), ""
+	subKey, dedupKey := wire.SubscriberAndDedupKeys(hop.SubscriberID, hop.DeliveryID)
+	markKey := ""
 	// An array on the stack, not a slice literal: read does not let it escape (see there).
 	reads, n := [3]KVRead{{KV: r.deps.Subscribers, Key: subKey}, {KV: r.deps.Dedup, Key: dedupKey}}, 2
 	if hop.CoalesceKey != "" { // read now; used only if the record makes this type coalescible
@@ -187,12 +188,14 @@ func (r *Relay) coalesced(mark *KVRead, window time.Duration) *Response {
 // forward sends the delivery to the subscriber and relays its answer.
 func (r *Relay) forward(ctx context.Context, req *Request, hop *signature.Hop, rec *wire.SubscriberRecord, dedupKey, coalesceKey string) *Response {
 	start := r.deps.Clock.Now()
-	up, err := r.deps.Upstream.Do(ctx, &UpstreamRequest{
-		URL:     rec.URL,
-		Header:  forwardHeader(req.Header, rec.Headers),
-		Body:    req.Body,
-		Timeout: rec.Timeout(),
-	})
+	// The upstream request, the answer and the answer's headers in one allocation (each costs in
+	// the WASM builds): the answer has at most four headers.
+	a := &struct {
+		up     UpstreamRequest
+		resp   Response
+		fields [4]Field
+	}{up: UpstreamRequest{URL: rec.URL, Header: forwardHeader(req.Header, rec.Headers), Body: req.Body, Timeout: rec.Timeout()}}
+	up, err := r.deps.Upstream.Do(ctx, &a.up)
 	latency := strconv.FormatInt(r.deps.Clock.Now().Sub(start).Milliseconds(), 10)
 	if err != nil {
 		var resp *Response
@@ -204,9 +207,10 @@ func (r *Relay) forward(ctx context.Context, req *Request, hop *signature.Hop, r
 		resp.Header = append(resp.Header, Field{keyUpstreamLatency, latency})
 		return resp
 	}
-	resp := &Response{
+	resp := &a.resp
+	*resp = Response{
 		Status: up.Status,
-		Header: append(make(Header, 0, 4), Field{keyOutcome, string(wire.OutcomeForwarded)}, Field{keyUpstreamLatency, latency}),
+		Header: append(a.fields[:0], Field{keyOutcome, string(wire.OutcomeForwarded)}, Field{keyUpstreamLatency, latency}),
 		Body:   excerpt(up.Body),
 	}
 	if ra, _ := up.Header.lookupLower(keyRetryAfter); ra != "" {

@@ -3,6 +3,7 @@ package signature_test
 import (
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -242,5 +243,24 @@ func TestParseHopHeadersErrors(t *testing.T) {
 	}
 	if err := signature.VerifyHop(secs, h, hdr[wire.HeaderHopSignature], hopBody, time.Unix(h.Timestamp, 0), time.Minute); !errors.Is(err, signature.ErrMalformed) {
 		t.Fatalf("VerifyHop(attempt -1) = %v, want ErrMalformed", err)
+	}
+}
+
+// TestParseCanonicalInt: a number parses exactly when strconv.ParseInt accepts it and
+// strconv.FormatInt writes it back unchanged, to the same value, at both sizes.
+func TestParseCanonicalInt(t *testing.T) {
+	in := []string{"", "-", "+", "0", "-0", "00", "01", "+1", "1", "-1", "10", "-10", " 1", "1 ", "1a", "a1", "1.0",
+		"--1", "-+1", "007", "1732270000", "-1732270000", "9223372036854775807", "9223372036854775808",
+		"-9223372036854775808", "-9223372036854775809", "18446744073709551615", "18446744073709551616",
+		"99999999999999999999", "2147483647", "2147483648", "-2147483648", "-2147483649", "1/", "1:", "\x00"}
+	for _, s := range in {
+		for _, bits := range []int{0, 32, 64} {
+			n, ok := signature.ParseCanonicalInt(s, bits)
+			want, err := strconv.ParseInt(s, 10, bits)
+			wantOK := err == nil && strconv.FormatInt(want, 10) == s
+			if ok != wantOK || ok && n != want {
+				t.Errorf("parseCanonicalInt(%q, %d) = %d, %v; want %d, %v", s, bits, n, ok, want, wantOK)
+			}
+		}
 	}
 }

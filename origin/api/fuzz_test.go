@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -116,6 +117,47 @@ func FuzzAPIRequest(f *testing.F) {
 			if sub.RatePerSec <= 0 || sub.RatePerSec > store.MaxRatePerSec || sub.Burst < 1 || sub.Burst > store.MaxBurst {
 				t.Fatalf("stored rate %v burst %d", sub.RatePerSec, sub.Burst)
 			}
+		}
+	})
+}
+
+// FuzzEventFastPath checks the single-event fast decoder against encoding/json (strict, as the API
+// decodes): whatever the fast path accepts, encoding/json accepts too and decodes to the same
+// request, data byte for byte.
+func FuzzEventFastPath(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"evt-1","type":"video.trending","data":{"video_id":"v1","n":[1,2.5e3,true,null,"x\"}"]}}`,
+		` { "type" : "a.b" , "data" : 1 , "coalesce_key" : "k" } `, `{"type":"a","data":null}`, `{"type":"a","data":"s"}`,
+		`{"type":"a","data":1}}`, `{"type":"a","data":1} {}`, `{"type":"a","data":[}`, `{"type":"a","data":}`,
+		`{"type":"a","data":1,"colour":"red"}`, `{"TYPE":"a","data":1}`, `{"type":"a","type":"b","data":1}`,
+		`{"type":"a\u0062","data":1}`, `{"type":"é","data":1}`, `{"type":7,"data":1}`, `{"type":null,"data":1}`,
+		`{"type":"a","data":tru}`, `{"type":"a","data":"\xff"}`, `{"type":"a","data":{"a":1}`, `{}`, ``, `[]`,
+		`{"type":"a","data":01}`, `{"type":"a","data":-}`, `{"type":"a","data":"a\\"}`, `{"type":"a",}`,
+	} {
+		f.Add([]byte(s))
+	}
+	// The usual shapes must take the fast path, or this test compares nothing.
+	for _, s := range []string{`{"id":"evt-1","type":"a.b","data":{"k":[1,"}"]}}`, ` { "type" : "a" , "data" : 1 } `} {
+		if _, ok := api.DecodeEventFast([]byte(s)); !ok {
+			f.Fatalf("the fast path declined %q", s)
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fast, ok := api.DecodeEventFast(b)
+		if !ok {
+			return
+		}
+		var want api.EventRequest
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&want); err != nil {
+			t.Fatalf("fast path accepted %q, encoding/json refuses it: %v", b, err)
+		}
+		if _, err := dec.Token(); err != io.EOF {
+			t.Fatalf("fast path accepted %q, which has data after the value", b)
+		}
+		if fast.ID != want.ID || fast.Type != want.Type || fast.CoalesceKey != want.CoalesceKey || !bytes.Equal(fast.Data, want.Data) {
+			t.Fatalf("%q: fast path decoded %+v, encoding/json %+v", b, fast, want)
 		}
 	})
 }

@@ -1,0 +1,138 @@
+package api
+
+import "encoding/json"
+
+// decodeEventFast decodes the plain shape of a single event — one object with the keys id, type,
+// data and coalesce_key spelled exactly, each at most once, string values without escapes or
+// non-ASCII bytes — in one pass over the body plus one validation of data, instead of
+// encoding/json's three passes and reflection. It reports false, leaving r alone, for anything
+// else, and the caller then decodes with encoding/json: every input it accepts decodes there to
+// the same EventRequest, and every error still comes from encoding/json (FuzzEventFastPath).
+func decodeEventFast(b []byte, r *EventRequest) bool {
+	var out EventRequest
+	var seen [4]bool
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return false
+	}
+	for i = skipSpace(b, i+1); ; {
+		key, j, ok := plainString(b, i)
+		if !ok {
+			return false
+		}
+		if i = skipSpace(b, j); i >= len(b) || b[i] != ':' {
+			return false
+		}
+		i = skipSpace(b, i+1)
+		var field *string
+		var n int
+		switch string(key) {
+		case "id":
+			field, n = &out.ID, 0
+		case "type":
+			field, n = &out.Type, 1
+		case "coalesce_key":
+			field, n = &out.CoalesceKey, 2
+		case "data":
+			n = 3
+		default:
+			return false
+		}
+		if seen[n] {
+			return false // encoding/json lets the last one win; leave that to it
+		}
+		seen[n] = true
+		if field != nil {
+			v, j, ok := plainString(b, i)
+			if !ok {
+				return false
+			}
+			*field, i = string(v), j
+		} else {
+			j := skipValue(b, i)
+			if j < 0 || !json.Valid(b[i:j]) {
+				return false
+			}
+			out.Data, i = append(json.RawMessage(nil), b[i:j]...), j
+		}
+		if i = skipSpace(b, i); i >= len(b) {
+			return false
+		}
+		switch b[i] {
+		case ',':
+			i = skipSpace(b, i+1)
+			continue
+		case '}':
+			if skipSpace(b, i+1) != len(b) {
+				return false
+			}
+			*r = out
+			return true
+		}
+		return false
+	}
+}
+
+// skipSpace returns the index of the first byte at or after i that is not JSON white space.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// plainString reads the JSON string at b[i] if it holds only printable ASCII without escapes:
+// its contents and the index after the closing quote.
+func plainString(b []byte, i int) ([]byte, int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return nil, 0, false
+	}
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return b[i+1 : j], j + 1, true
+		case c == '\\' || c < 0x20 || c >= 0x80:
+			return nil, 0, false
+		}
+	}
+	return nil, 0, false
+}
+
+// skipValue returns the end of the JSON value starting at b[i] by its brackets, strings and
+// delimiters alone, or -1; it does not validate (json.Valid does, on the span it finds).
+func skipValue(b []byte, i int) int {
+	depth := 0
+	for j := i; j < len(b); j++ {
+		switch b[j] {
+		case '"':
+			for j++; j < len(b) && b[j] != '"'; j++ {
+				if b[j] == '\\' {
+					j++
+				}
+			}
+			if j >= len(b) {
+				return -1
+			}
+			if depth == 0 {
+				return j + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth--; depth < 0 {
+				return j // the end of a bare literal before the enclosing object closes
+			}
+			if depth == 0 {
+				return j + 1
+			}
+		case ',', ' ', '\t', '\n', '\r':
+			if depth == 0 {
+				return j
+			}
+		}
+	}
+	if depth == 0 {
+		return len(b)
+	}
+	return -1
+}

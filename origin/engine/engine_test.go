@@ -559,3 +559,38 @@ func TestDrainAppliesRetention(t *testing.T) {
 		t.Fatalf("left: %+v", page.Deliveries)
 	}
 }
+
+// TestSettleGatherDoesNotWaitForSlowSends: the completer's gather waits for the outcomes of sends
+// in flight, but not for sends past slowSend (a stuck subscriber's), which would otherwise hold
+// every settle, and the claim made with it, for the whole gather.
+func TestSettleGatherDoesNotWaitForSlowSends(t *testing.T) {
+	r := &run{e: &Engine{cfg: Config{SettleBatch: 64}}, outcomes: make(chan store.Settlement, 4), slots: make(chan struct{}, 4)}
+	for range 3 {
+		r.slots <- struct{}{} // three sends in flight
+	}
+	batch := []store.Settlement{{Seq: 1}} // one has answered; the other two are slow
+	r.slow.Store(2)
+	never := make(chan time.Time) // a gather that never runs out
+	done := make(chan []store.Settlement, 1)
+	go func() { done <- r.take(batch, never) }()
+	select {
+	case got := <-done:
+		if len(got) != 1 {
+			t.Fatalf("took %d outcomes, want the one answered", len(got))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the gather waited for sends that are all slow")
+	}
+	// One of them answers after all: it is taken with the first.
+	r.slow.Store(1)
+	r.outcomes <- store.Settlement{Seq: 2}
+	go func() { done <- r.take(batch, never) }()
+	select {
+	case got := <-done:
+		if len(got) != 2 {
+			t.Fatalf("took %d outcomes, want 2", len(got))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the gather waited for a slow send after taking every outcome it could")
+	}
+}

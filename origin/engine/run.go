@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/edgehook/edgehook/origin/store"
@@ -10,6 +11,11 @@ import (
 
 // settleGather bounds how long the completer waits for more outcomes before it writes a batch.
 const settleGather = 2 * time.Millisecond
+
+// slowSend is how long a send may go unanswered before the completer stops waiting for it: a
+// loopback or nearby subscriber answers within a few milliseconds, and a send still open after
+// this (a stuck or slow subscriber) would otherwise make every settle wait the whole gather.
+const slowSend = 20 * time.Millisecond
 
 // run is one execution of the claim → send → settle loop (a daemon's life or one drain).
 //
@@ -27,6 +33,7 @@ type run struct {
 	slots    chan struct{} // one token per delivery in flight
 	freed    chan struct{} // signalled when the completer frees slots
 	sends    sync.WaitGroup
+	slow     atomic.Int64  // sends in flight for longer than slowSend
 	complete chan struct{} // closed when the completer has written everything
 	// writer is held while a claim or a settle batch is formed and written. The store has one
 	// writer connection, so the loop and the completer take turns on it anyway; deciding what to
@@ -251,10 +258,22 @@ func (r *run) shutdown() {
 	<-r.complete
 }
 
-// send delivers one claimed delivery and queues its outcome.
+// send delivers one claimed delivery and queues its outcome. Past slowSend it counts in slow
+// until its outcome is ready.
 func (r *run) send(c store.Claimed) {
 	defer r.sends.Done()
-	r.outcomes <- r.e.deliver(r.sendCtx, c)
+	var state atomic.Int32 // 0 sending, 1 counted in slow, 2 answered
+	timer := time.AfterFunc(slowSend, func() {
+		if state.CompareAndSwap(0, 1) {
+			r.slow.Add(1)
+		}
+	})
+	out := r.e.deliver(r.sendCtx, c)
+	timer.Stop()
+	if state.Swap(2) == 1 {
+		r.slow.Add(-1)
+	}
+	r.outcomes <- out
 }
 
 // completer writes outcomes in batches. A settle costs a transaction whatever its size, so it
@@ -367,10 +386,10 @@ func signal(ch chan struct{}) {
 }
 
 // take adds queued outcomes to batch, up to SettleBatch. Until wait fires it also waits for those
-// of sends still in flight (every slot held but not in batch is one).
+// of sends still in flight (every slot held but not in batch is one), unless they are all slow.
 func (r *run) take(batch []store.Settlement, wait <-chan time.Time) []store.Settlement {
 	for len(batch) < r.e.cfg.SettleBatch {
-		if len(r.slots) <= len(batch) {
+		if int64(len(r.slots)-len(batch)) <= r.slow.Load() {
 			wait = nil
 		}
 		var it store.Settlement

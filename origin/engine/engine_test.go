@@ -571,26 +571,22 @@ func TestSettleGatherDoesNotWaitForSlowSends(t *testing.T) {
 	batch := []store.Settlement{{Seq: 1}} // one has answered; the other two are slow
 	r.slow.Store(2)
 	never := make(chan time.Time) // a gather that never runs out
-	done := make(chan []store.Settlement, 1)
-	go func() { done <- r.take(batch, never) }()
-	select {
-	case got := <-done:
-		if len(got) != 1 {
-			t.Fatalf("took %d outcomes, want the one answered", len(got))
+	takeNow := func(want int, waited string) {
+		t.Helper()
+		done := make(chan []store.Settlement, 1)
+		go func() { done <- r.take(batch, never) }()
+		select {
+		case got := <-done:
+			if len(got) != want {
+				t.Fatalf("took %d outcomes, want %d", len(got), want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal(waited)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the gather waited for sends that are all slow")
 	}
+	takeNow(1, "the gather waited for sends that are all slow")
 	// One of them answers after all: it is taken with the first.
 	r.slow.Store(1)
 	r.outcomes <- store.Settlement{Seq: 2}
-	go func() { done <- r.take(batch, never) }()
-	select {
-	case got := <-done:
-		if len(got) != 2 {
-			t.Fatalf("took %d outcomes, want 2", len(got))
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the gather waited for a slow send after taking every outcome it could")
-	}
+	takeNow(2, "the gather waited for a slow send after taking every outcome it could")
 }

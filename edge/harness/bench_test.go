@@ -22,6 +22,7 @@ import (
 	"github.com/tetratelabs/wazero/experimental"
 
 	"github.com/edgehook/edgehook/edge/harness"
+	"github.com/edgehook/edgehook/edge/harness/abi"
 	"github.com/edgehook/edgehook/edge/harness/harnesstest"
 	"github.com/edgehook/edgehook/edge/relay"
 	"github.com/edgehook/edgehook/edge/relay/memkv"
@@ -85,46 +86,120 @@ func BenchmarkRelay1KB(b *testing.B) {
 		up   relay.Upstream
 	}{{"stub", stubUpstream{}}, {"http", harness.NewUpstream()}} {
 		b.Run(up.name, func(b *testing.B) {
-			clk := relay.SystemClock{}
-			relays := make([]harness.Relay, len(runtimes))
-			reqs := make([][]*relay.Request, len(runtimes))
 			now := time.Now()
-			for i, rt := range runtimes {
-				subs, dedup := memkv.New(clk), memkv.New(clk)
-				entry, err := wire.SubscriberEntry("sub_b", &wire.SubscriberRecord{URL: srv.URL, TimeoutMS: 5000, Active: true})
-				if err != nil {
-					b.Fatal(err)
-				}
-				_ = subs.Put(context.Background(), entry.Key, entry.Value, 0)
-				relays[i] = benchRelay(b, rt, relay.Deps{Subscribers: subs, Dedup: dedup, Upstream: up.up, Clock: clk})
-				reqs[i] = make([]*relay.Request, b.N)
-				for n := range reqs[i] {
-					reqs[i][n] = signedRequest(fmt.Sprintf("del_%d", n), "sub_b", benchBody, now)
-				}
-			}
-			times := make([][]time.Duration, len(runtimes))
-			for i := range times {
-				times[i] = make([]time.Duration, b.N)
-			}
-			ctx := context.Background()
-			b.ResetTimer()
-			for n := range b.N {
-				for i, r := range relays {
-					start := time.Now()
-					resp := r.Handle(ctx, reqs[i][n])
-					times[i][n] = time.Since(start)
-					if resp.Status != 200 {
-						b.Fatalf("%s: status %d: %s", runtimes[i], resp.Status, resp.Detail)
-					}
-				}
-			}
-			b.StopTimer()
-			for i, rt := range runtimes {
-				m := median(times[i])
-				b.ReportMetric(float64(m.Microseconds()), rt+"-µs/req")
-				benchResults.Store(up.name+"/"+rt, float64(m.Nanoseconds()))
-			}
+			compareRuntimes(b, up.name, srv.URL, up.up, 200, func(n int) *relay.Request {
+				return signedRequest(fmt.Sprintf("del_%d", n), "sub_b", benchBody, now)
+			})
 		})
+	}
+}
+
+// BenchmarkHandleFloor is the floor under BenchmarkRelay1KB: requests the relay rejects at once
+// (405, wrong method), so the guest does the least it can and the time is the host's round trip:
+// "reject-empty" with no headers or body, "reject-1KB" with the headers and body of a delivery,
+// which the host encodes and copies in and the guest decodes before it looks at the method.
+func BenchmarkHandleFloor(b *testing.B) {
+	now := time.Now()
+	delivery := signedRequest("del_floor", "sub_b", benchBody, now)
+	for _, c := range []struct {
+		name string
+		req  *relay.Request
+	}{
+		{"reject-empty", &relay.Request{Method: "GET", Header: relay.Header{}}},
+		{"reject-1KB", &relay.Request{Method: "GET", Header: delivery.Header, Body: delivery.Body}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			compareRuntimes(b, c.name, "http://127.0.0.1:9", stubUpstream{}, 405, func(int) *relay.Request { return c.req })
+		})
+	}
+	// The host alone: a hand-assembled module whose handle export returns a ready 405 at once.
+	b.Run("host-roundtrip", func(b *testing.B) {
+		resp := abi.EncodeResponse(nil, relay.Reject(405, wire.ReasonMethod, "method GET is not allowed"))
+		wasm := wasmModule(returning(resp), resp)
+		hosts := map[string]*harness.Host{}
+		modes := []string{"wasi", "wasi-uninterruptible"}
+		for _, mode := range modes {
+			hosts[mode] = hostFor(b, wasm, stubUpstream{}, mode == "wasi-uninterruptible")
+		}
+		times := map[string][]time.Duration{}
+		req := &relay.Request{Method: "GET", Header: delivery.Header, Body: delivery.Body}
+		ctx := context.Background()
+		b.ResetTimer()
+		for range b.N {
+			for _, mode := range modes {
+				start := time.Now()
+				resp := hosts[mode].Handle(ctx, req)
+				times[mode] = append(times[mode], time.Since(start))
+				if resp.Status != 405 {
+					b.Fatalf("%s: status %d, want 405: %s", mode, resp.Status, resp.Detail)
+				}
+			}
+		}
+		b.StopTimer()
+		for _, mode := range modes {
+			m := median(times[mode])
+			b.ReportMetric(float64(m.Nanoseconds())/1e3, mode+"-µs/req")
+			benchResults.Store("host-roundtrip-1KB/"+mode, float64(m.Nanoseconds()))
+		}
+	})
+}
+
+// hostFor returns a host of one instance running wasm over empty namespaces, closed when b ends.
+func hostFor(b *testing.B, wasm []byte, up relay.Upstream, uninterruptible bool) *harness.Host {
+	clk := relay.SystemClock{}
+	h, err := harness.NewHost(context.Background(), harness.HostConfig{
+		WASM: wasm, CacheDir: cacheDir, Pool: 1, CallTimeout: 10 * time.Second, Relay: relayConfig(),
+		Deps:   relay.Deps{Subscribers: memkv.New(clk), Dedup: memkv.New(clk), Upstream: up, Clock: clk},
+		Logger: quiet, Uninterruptible: uninterruptible,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = h.Close(context.Background()) })
+	return h
+}
+
+// compareRuntimes runs request(n) for n < b.N on every runtime in turn, over its own KV namespaces
+// holding one subscriber (sub_b, at url), and records the median time per request of each under
+// group in benchResults.
+func compareRuntimes(b *testing.B, group, url string, up relay.Upstream, status int, request func(n int) *relay.Request) {
+	clk := relay.SystemClock{}
+	relays := make([]harness.Relay, len(runtimes))
+	reqs := make([][]*relay.Request, len(runtimes))
+	for i, rt := range runtimes {
+		subs, dedup := memkv.New(clk), memkv.New(clk)
+		entry, err := wire.SubscriberEntry("sub_b", &wire.SubscriberRecord{URL: url, TimeoutMS: 5000, Active: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = subs.Put(context.Background(), entry.Key, entry.Value, 0)
+		relays[i] = benchRelay(b, rt, relay.Deps{Subscribers: subs, Dedup: dedup, Upstream: up, Clock: clk})
+		reqs[i] = make([]*relay.Request, b.N)
+		for n := range reqs[i] {
+			reqs[i][n] = request(n)
+		}
+	}
+	times := make([][]time.Duration, len(runtimes))
+	for i := range times {
+		times[i] = make([]time.Duration, b.N)
+	}
+	ctx := context.Background()
+	b.ResetTimer()
+	for n := range b.N {
+		for i, r := range relays {
+			start := time.Now()
+			resp := r.Handle(ctx, reqs[i][n])
+			times[i][n] = time.Since(start)
+			if resp.Status != status {
+				b.Fatalf("%s: status %d, want %d: %s", runtimes[i], resp.Status, status, resp.Detail)
+			}
+		}
+	}
+	b.StopTimer()
+	for i, rt := range runtimes {
+		m := median(times[i])
+		b.ReportMetric(float64(m.Nanoseconds())/1e3, rt+"-µs/req")
+		benchResults.Store(group+"/"+rt, float64(m.Nanoseconds()))
 	}
 }
 
@@ -196,36 +271,47 @@ func BenchmarkGuestCalls(b *testing.B) {
 	}
 	defer h.Close(context.Background())
 	now := time.Now()
-	run := func(prefix string, n int) {
-		for i := range n {
-			if resp := h.Handle(context.Background(), signedRequest(fmt.Sprintf("%s_%d", prefix, i), "sub_b", benchBody, now)); resp.Status != 200 {
-				b.Fatalf("status %d: %s", resp.Status, resp.Detail)
+	for _, c := range []struct {
+		name, prefix string // prefix goes before each count's key in the report
+		req          func(id string) *relay.Request
+		status       int
+	}{
+		{"delivery", "", func(id string) *relay.Request { return signedRequest(id, "sub_b", benchBody, now) }, 200},
+		{"reject-empty", "reject-empty: ", func(string) *relay.Request { return &relay.Request{Method: "GET", Header: relay.Header{}} }, 405},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			run := func(prefix string, n int) {
+				for i := range n {
+					if resp := h.Handle(context.Background(), c.req(fmt.Sprintf("%s_%s_%d", c.name, prefix, i))); resp.Status != c.status {
+						b.Fatalf("status %d, want %d: %s", resp.Status, c.status, resp.Detail)
+					}
+				}
 			}
-		}
-	}
-	run("warm", 10) // the first requests fill the relay's caches
-	guest, host, mallocs = 0, 0, 0
-	clear(by)
-	b.ResetTimer()
-	run("del", b.N)
-	b.StopTimer()
-	counts := map[string]float64{
-		"guest_calls": float64(guest+mallocs) / float64(b.N),
-		"allocations": float64(mallocs) / float64(b.N),
-		"host_calls":  float64(host) / float64(b.N),
-	}
-	for k, v := range counts {
-		b.ReportMetric(v, k+"/req")
-		guestCounts.Store(k, v)
-	}
-	callers := make([]string, 0, len(by))
-	for name := range by {
-		callers = append(callers, name)
-	}
-	slices.SortFunc(callers, func(x, y string) int { return by[y] - by[x] })
-	for _, name := range callers[:min(topCallers, len(callers))] {
-		short := strings.TrimPrefix(strings.TrimPrefix(name, "."), "github.com_edgehook_edgehook_")
-		guestCounts.Store("calls by "+short, float64(by[name])/float64(b.N))
+			run("warm", 10) // the first requests fill the relay's caches
+			guest, host, mallocs = 0, 0, 0
+			clear(by)
+			b.ResetTimer()
+			run("del", b.N)
+			b.StopTimer()
+			counts := map[string]float64{
+				"guest_calls": float64(guest+mallocs) / float64(b.N),
+				"allocations": float64(mallocs) / float64(b.N),
+				"host_calls":  float64(host) / float64(b.N),
+			}
+			for k, v := range counts {
+				b.ReportMetric(v, k+"/req")
+				guestCounts.Store(c.prefix+k, v)
+			}
+			callers := make([]string, 0, len(by))
+			for name := range by {
+				callers = append(callers, name)
+			}
+			slices.SortFunc(callers, func(x, y string) int { return by[y] - by[x] })
+			for _, name := range callers[:min(topCallers, len(callers))] {
+				short := strings.TrimPrefix(strings.TrimPrefix(name, "."), "github.com_edgehook_edgehook_")
+				guestCounts.Store(c.prefix+"calls by "+short, float64(by[name])/float64(b.N))
+			}
+		})
 	}
 }
 
@@ -303,7 +389,7 @@ func writeBenchReport(path, baseline string) error {
 		}
 	}
 	overhead := map[string]float64{}
-	for _, up := range []string{"stub", "http"} {
+	for _, up := range []string{"stub", "http", "reject-empty", "reject-1KB"} {
 		for _, rt := range runtimes[1:] {
 			w, okW := results[up+"/"+rt]
 			n, okN := results[up+"/native"]

@@ -236,9 +236,9 @@ func (s *Store) rescueExpired(ctx context.Context, tx *sql.Tx, now int64) error 
 	return c.write(ctx, s, tx)
 }
 
-// expiredSQL selects the leases expired at ?1, through deliveries_status_settled (whose condition
-// it repeats for the planner).
-const expiredSQL = `status = 'leased' AND status <> 'pending' AND lease_expires_at <= ?1`
+// expiredSQL selects the leases expired at ?1, through deliveries_leased (whose condition it
+// repeats for the planner).
+const expiredSQL = `status = 'leased' AND lease_expires_at <= ?1`
 
 // spend is a subscriber's bucket after a claim took from it.
 type spend struct {

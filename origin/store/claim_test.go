@@ -428,7 +428,7 @@ func TestDueQueriesUseIndexes(t *testing.T) {
 		{claimSQL("attempts = 0", 2), []any{"t", 1, 1, "a", 1, 10, "b", 1, 10}, "deliveries_due_first"},
 		{claimSQL("attempts > 0", 2), []any{"t", 1, 1, "a", 1, 10, "b", 1, 10}, "deliveries_due_retry"},
 		{supersedeSQL, []any{1, `[["a","k"]]`}, "deliveries_coalesce"},
-		{`SELECT 1 FROM deliveries WHERE ` + expiredSQL, []any{1}, "deliveries_status_settled"},
+		{`SELECT 1 FROM deliveries WHERE ` + expiredSQL, []any{1}, "deliveries_leased"},
 		{prunableSQL, []any{1}, "deliveries_status_settled"},
 		{pendingOfSQL, []any{1, 1, "a", 10}, "deliveries_due_first"},
 		{pendingOfSQL, []any{1, 1, "a", 10}, "deliveries_due_retry"},

@@ -64,8 +64,13 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (DeliveryP
 			return DeliveryPage{}, fieldErrf("status", "%q is not a delivery status", f.Status)
 		}
 		add("d.status = ?", string(f.Status))
-		if f.Status != StatusPending {
-			where = append(where, "d.status <> 'pending'") // lets the planner use the settled indexes
+		// The indexes' conditions, literally, so the planner may use them (see settledSQL).
+		switch f.Status {
+		case StatusPending:
+		case StatusLeased:
+			where = append(where, "d.status = 'leased'")
+		default:
+			where = append(where, settledSQL) // status is only d's
 		}
 	}
 	if f.SubscriberID != "" {
@@ -224,9 +229,15 @@ func (s *Store) ReplayDead(ctx context.Context, subscriberID string, from, to, n
 	return n, err
 }
 
+// settledSQL is the condition of the settled indexes, deliveries_status_settled and
+// deliveries_sub_settled (migration 0005): neither pending nor leased. The queries that use them
+// repeat it literally (after status): the planner does not infer it from status = 'dead' or an
+// IN list.
+const settledSQL = `status <> 'pending' AND status <> 'leased'`
+
 // diedBetweenSQL selects the dead deliveries of subscriber ?2 last changed in [?3, ?4), through
-// deliveries_sub_settled (whose condition it repeats for the planner).
-const diedBetweenSQL = `subscriber_id = ?2 AND status = 'dead' AND status <> 'pending' AND updated_at >= ?3 AND updated_at < ?4`
+// deliveries_sub_settled.
+const diedBetweenSQL = `subscriber_id = ?2 AND status = 'dead' AND ` + settledSQL + ` AND updated_at >= ?3 AND updated_at < ?4`
 
 // Stats returns the queue by subscriber (ordered by id) at now.
 func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
@@ -235,7 +246,7 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT s.id, s.state, coalesce(l.paused_until, 0), coalesce(l.circuit, 'closed'), coalesce(l.circuit_until, 0),
 			coalesce((SELECT min(next_attempt_at) FROM deliveries INDEXED BY deliveries_due_first WHERE subscriber_id = s.id AND status = 'pending' AND attempts = 0), 0),
 			coalesce((SELECT min(next_attempt_at) FROM deliveries INDEXED BY deliveries_due_retry WHERE subscriber_id = s.id AND status = 'pending' AND attempts > 0), 0),
-			(SELECT count(*) FROM deliveries WHERE subscriber_id = s.id AND status = 'delivered' AND status <> 'pending' AND updated_at >= ?)
+			(SELECT count(*) FROM deliveries WHERE subscriber_id = s.id AND status = 'delivered' AND `+settledSQL+` AND updated_at >= ?)
 		FROM subscribers s LEFT JOIN limiter l ON l.subscriber_id = s.id ORDER BY s.id`, nowMS-time.Minute.Milliseconds())
 	if err != nil {
 		return Stats{}, err
@@ -292,8 +303,8 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
 }
 
 // prunableSQL selects the finished deliveries last changed before ?1, through
-// deliveries_status_settled (whose condition it repeats for the planner).
-const prunableSQL = `SELECT seq FROM deliveries WHERE status IN ('delivered', 'dead', 'superseded') AND status <> 'pending' AND updated_at < ?1`
+// deliveries_status_settled.
+const prunableSQL = `SELECT seq FROM deliveries WHERE status IN ('delivered', 'dead', 'superseded') AND ` + settledSQL + ` AND updated_at < ?1`
 
 // pruneChunk bounds one prune transaction, so other writers are not blocked for long.
 const pruneChunk = 2000

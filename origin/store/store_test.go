@@ -666,42 +666,71 @@ func TestQueueFull(t *testing.T) {
 	}
 }
 
-// TestMigrateFromVersion2KeepsTheQueue upgrades a version 2 database holding deliveries in every
-// status (counted by version 2's insert trigger) and checks that the counts, claiming, emitting,
-// disabling and trimming go on from there.
-func TestMigrateFromVersion2KeepsTheQueue(t *testing.T) {
+// TestMigrateKeepsTheQueue upgrades databases of version 2 (counted by its insert trigger) and 4
+// (the settled indexes still holding leased rows, no deliveries_leased) holding deliveries in every
+// status, and checks that every row keeps its status and that the counts, listing, claiming,
+// emitting, disabling, trimming and the rescue of an expired lease go on from there.
+func TestMigrateKeepsTheQueue(t *testing.T) {
 	t.Parallel()
+	for _, version := range []int{2, 4} {
+		t.Run(fmt.Sprintf("from=%d", version), func(t *testing.T) {
+			t.Parallel()
+			migrateKeepsTheQueue(t, version)
+		})
+	}
+}
+
+func migrateKeepsTheQueue(t *testing.T, version int) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "v2.db")
+	path := filepath.Join(t.TempDir(), "old.db")
 	clk := newClock()
-	old, err := openVersion(ctx, Options{Path: path, Now: clk.Now}, 2)
+	old, err := openVersion(ctx, Options{Path: path, Now: clk.Now}, version)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mustSub(t, old, SubscriberInput{ID: "a"})
 	mustSub(t, old, SubscriberInput{ID: "b"})
 	now := ms(clk.Now())
+	var leasedSeq int64
 	for i, st := range []Status{StatusPending, StatusPending, StatusPending, StatusLeased, StatusDelivered, StatusDead, StatusHeld} {
 		if _, err := old.w.Exec(`INSERT INTO events(seq, id, type, body, body_hash, created_at) VALUES (?1, 'old-' || ?1, 't', '{}', x'00', ?2)`, i+1, now); err != nil {
 			t.Fatal(err)
 		}
 		attempts := i % 2 // pending ones both first attempts and retries
-		if _, err := old.w.Exec(`INSERT INTO deliveries(event_seq, subscriber_id, status, attempts, next_attempt_at, age_from, created_at, updated_at, lease_expires_at)
-			VALUES (?1, 'a', ?2, ?3, ?4, ?4, ?4, ?4, ?4 + 60000)`, i+1, st, attempts, now); err != nil {
+		r, err := old.w.Exec(`INSERT INTO deliveries(event_seq, subscriber_id, status, attempts, next_attempt_at, age_from, created_at, updated_at, lease_expires_at)
+			VALUES (?1, 'a', ?2, ?3, ?4, ?4, ?4, ?4, ?4 + 60000)`, i+1, st, attempts, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st == StatusLeased {
+			leasedSeq, _ = r.LastInsertId()
+		}
+	}
+	if version >= 3 { // from version 3 on, emit counts the rows it inserts itself
+		if _, err := old.w.Exec(`INSERT INTO queue_counts SELECT subscriber_id, status, count(*) FROM deliveries GROUP BY 1, 2`); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var v int
-	if err := old.w.QueryRow(`PRAGMA user_version`).Scan(&v); err != nil || v != 2 {
-		t.Fatalf("old database at version %d (%v), want 2", v, err)
+	if err := old.w.QueryRow(`PRAGMA user_version`).Scan(&v); err != nil || v != version {
+		t.Fatalf("old database at version %d (%v), want %d", v, err, version)
 	}
+	before := deliveryStatuses(t, old)
 	if err := old.Close(); err != nil {
 		t.Fatal(err)
 	}
 
 	s, _ := open(t, Options{Path: path, Now: clk.Now, BacklogCap: 4})
+	if after := deliveryStatuses(t, s); after != before {
+		t.Fatalf("deliveries after the upgrade: %s, before: %s", after, before)
+	}
 	if c := counts(t, s, "a"); c[StatusPending] != 3 || c[StatusLeased] != 1 || c[StatusDelivered] != 1 || c[StatusDead] != 1 || c[StatusHeld] != 1 {
 		t.Fatalf("counts after the upgrade: %v", c)
+	}
+	for _, st := range []Status{StatusLeased, StatusDelivered, StatusDead, StatusHeld} {
+		if page, err := s.ListDeliveries(ctx, DeliveryFilter{Status: st, SubscriberID: "a"}); err != nil || len(page.Deliveries) != 1 || page.Deliveries[0].Status != st {
+			t.Fatalf("listing %s deliveries after the upgrade: %+v %v, want one", st, page, err)
+		}
 	}
 	mustEmit(t, s, "new-1", "t", `{}`)
 	mustEmit(t, s, "new-2", "t", `{}`)
@@ -730,7 +759,24 @@ func TestMigrateFromVersion2KeepsTheQueue(t *testing.T) {
 	if c := counts(t, s, "a"); c[StatusPending] != 2 || c[StatusHeld] != 0 {
 		t.Fatalf("counts after resuming: %v, want both held deliveries pending", c)
 	}
+	// Every lease has expired: the old one and the three of a and two of b still out go back to
+	// the queue and are claimed again, with a's two pending and b's one.
+	clk.Advance(2 * time.Minute)
+	res = claim(t, s, clk.Now(), 100)
+	if got := bySub(res); got["a"] != 6 || got["b"] != 3 || !slices.ContainsFunc(res.Deliveries, func(c Claimed) bool { return c.Seq == leasedSeq }) {
+		t.Fatalf("claimed %v after the leases expired, want 6 of a (with the old lease) and 3 of b", got)
+	}
 	// checkCounts compares every count with the table when the test ends.
+}
+
+// deliveryStatuses renders every delivery's seq and status.
+func deliveryStatuses(t *testing.T, s *Store) string {
+	t.Helper()
+	var list string
+	if err := s.w.QueryRow(`SELECT group_concat(seq || ':' || status, ' ' ORDER BY seq) FROM deliveries`).Scan(&list); err != nil {
+		t.Fatal(err)
+	}
+	return list
 }
 
 // TestCheckpointsBesideTheWriter: the writer never checkpoints (wal_autocheckpoint is off on it),

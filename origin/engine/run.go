@@ -198,8 +198,7 @@ func (r *run) claim(ctx context.Context) claimOutcome {
 	}
 	out := claimOutcome{limit: min(cap(r.slots)-len(r.slots), r.e.cfg.BatchSize)}
 	out.res, out.err = r.e.st.Claim(ctx, r.claimParams(out.limit))
-	r.dispatch(out.res.Deliveries)
-	out.atCap = r.atCap()
+	out.atCap = r.dispatch(out.res.Deliveries)
 	return out
 }
 
@@ -207,8 +206,9 @@ func (r *run) claimParams(limit int) store.ClaimParams {
 	return store.ClaimParams{Now: r.e.cfg.Now(), Limit: limit, LeaseDuration: r.e.cfg.LeaseDuration}
 }
 
-// dispatch takes a slot for each claimed delivery and sends it. The caller holds writer.
-func (r *run) dispatch(claimed []store.Claimed) {
+// dispatch takes a slot for each claimed delivery and sends it, and returns how many
+// subscribers this run then holds at their in-flight cap. The caller holds writer.
+func (r *run) dispatch(claimed []store.Claimed) (atCap int) {
 	for _, c := range claimed {
 		f := r.flying[c.Subscriber.ID]
 		if f == nil {
@@ -221,6 +221,7 @@ func (r *run) dispatch(claimed []store.Claimed) {
 		go r.send(c)
 	}
 	r.count(func(d *DrainResult) { d.Claimed += len(claimed) })
+	return r.atCap()
 }
 
 // takeSettleClaim returns the result of the claim a settle made.
@@ -327,8 +328,7 @@ func (r *run) settleAndClaim(batch []store.Settlement) bool {
 	for range batch {
 		<-r.slots
 	}
-	r.dispatch(out.res.Deliveries)
-	out.atCap = r.atCap()
+	out.atCap = r.dispatch(out.res.Deliveries)
 	r.settleClaim = out
 	return true
 }

@@ -230,11 +230,10 @@ func (callCounter) Abort(context.Context, api.Module, api.FunctionDefinition, er
 // topCallers is how many of the guest's functions the report lists by calls made on their behalf.
 const topCallers = 12
 
-// BenchmarkGuestCalls counts, per 1 KB request with the stub upstream, the guest's function calls,
-// its allocations (calls of runtime.mallocgc) and its calls of host functions. Unlike times these
-// counts do not depend on the machine's load, and they explain the default (interruptible) mode's
-// cost: with wazero's termination checks each guest function entry and loop iteration leaves the
-// compiled code for Go (~0.2 µs here). The guest's garbage collections are averaged in, so the
+// BenchmarkGuestCalls counts, per 1 KB request with the stub upstream (and per request rejected at
+// once, for the floor), the guest's function calls, its allocations (calls of runtime.mallocgc)
+// and its calls of host functions (the host's refuel among them, about one per request). Unlike
+// times these counts do not depend on the machine's load. The guest's garbage collections are averaged in, so the
 // figures are comparable at the same -benchtime (make bench-harness: 5000). The listener slows the
 // calls; its times mean nothing.
 func BenchmarkGuestCalls(b *testing.B) {

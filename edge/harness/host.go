@@ -21,6 +21,7 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/edgehook/edgehook/edge/harness/abi"
+	"github.com/edgehook/edgehook/edge/harness/internal/fuel"
 	"github.com/edgehook/edgehook/edge/relay"
 )
 
@@ -39,13 +40,14 @@ type HostConfig struct {
 	// Deps are what the module's host functions reach: the KV namespaces, the upstream, the clock.
 	Deps   relay.Deps
 	Logger *slog.Logger
-	// Uninterruptible compiles the module without wazero's termination checks. Each check is a
-	// call from the compiled code out to Go (~0.2 µs here) at every loop header, and Go-compiled
-	// WASM has one at every function entry (BenchmarkGuestCalls counts them): without them a 1 KB
-	// request costs about half as much, but a call past its deadline then ends only when the guest
-	// next calls the host (every host function traps once the deadline has passed), never inside a
-	// loop of the guest's own, and compiled code cannot be preempted, so such a loop would also
-	// stall the host's garbage collector. Hence off by default.
+	// Uninterruptible runs the module as built. By default the host rewrites it first (package
+	// internal/fuel): every loop header takes a unit of fuel and, every fuelPerRefuel iterations,
+	// calls the host, which traps the call once it is past its deadline. That replaces wazero's
+	// own termination checks, a call out to Go at every loop header (~45 ns here, about a thousand
+	// per request since Go-compiled WASM jumps through each function's outer loop). Without it a
+	// call past its deadline ends only when the guest next calls the host (every host function
+	// traps then), never inside a loop of the guest's own, and compiled code cannot be preempted,
+	// so such a loop would also stall the host's garbage collector. Hence off by default.
 	Uninterruptible bool
 }
 
@@ -118,9 +120,16 @@ func NewHost(ctx context.Context, cfg HostConfig) (*Host, error) {
 	h := &Host{
 		cache: cache, deps: cfg.Deps, timeout: cfg.CallTimeout, log: cfg.Logger,
 		slots: make(chan *instance, cfg.Pool),
-		rt:    wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(cache).WithCloseOnContextDone(!cfg.Uninterruptible)),
+		// No CloseOnContextDone: its checks are replaced by the fuel's (see Uninterruptible).
+		rt: wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(cache)),
 	}
-	if err := h.start(ctx, cfg.WASM, env); err != nil {
+	wasm := cfg.WASM
+	if !cfg.Uninterruptible {
+		if wasm, err = fuel.Instrument(wasm, abi.ImportModule, refuelFunc); err != nil {
+			return nil, err
+		}
+	}
+	if err := h.start(ctx, wasm, env); err != nil {
 		_ = h.Close(ctx)
 		return nil, err
 	}
@@ -303,6 +312,7 @@ func (h *Host) instantiateHostModule(ctx context.Context) error {
 	def(abi.NowFunc, h.now, nil, []api.ValueType{i64})
 	def(abi.LogFunc, h.logLine, []api.ValueType{i32, i32}, nil)
 	def(abi.HMACFunc, hmacSHA256, []api.ValueType{i32, i32, i32, i32, i32}, nil)
+	def(refuelFunc, refuel, nil, []api.ValueType{i32})
 	_, err := b.Instantiate(ctx)
 	return err
 }
@@ -391,6 +401,23 @@ func (h *Host) upstream(ctx context.Context, m api.Module, stack []uint64) {
 	default:
 		stack[0] = in.result(abi.CodeOK, abi.EncodeUpstreamResponse(nil, resp))
 	}
+}
+
+// refuelFunc is the function internal/fuel makes the module import, and fuelPerRefuel the loop
+// iterations it allows each time: about one call per request, and a few microseconds at most
+// (a few hundred µs for a loop of long bodies) between two chances to stop the guest.
+const (
+	refuelFunc    = "refuel"
+	fuelPerRefuel = 1000
+)
+
+// refuel traps a call past its deadline and otherwise lets it run on. It also runs in
+// _initialize, outside any request, whose context has no deadline.
+func refuel(ctx context.Context, _ api.Module, stack []uint64) {
+	if err := ctx.Err(); err != nil {
+		panic(fmt.Errorf("call deadline: %w", err))
+	}
+	stack[0] = fuelPerRefuel
 }
 
 func take(ctx context.Context, m api.Module, stack []uint64) {

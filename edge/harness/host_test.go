@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/edgehook/edgehook/edge/harness"
 	"github.com/edgehook/edgehook/edge/relay"
+	"github.com/edgehook/edgehook/edge/relay/memkv"
 	"github.com/edgehook/edgehook/shared/wire"
 )
 
@@ -222,5 +224,50 @@ func TestNewHostRejectsAModuleWithoutTheExports(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), "edgehook_buffer") {
 		t.Fatalf("err = %v, want one naming the missing export", err)
+	}
+}
+
+// signalClock is the system clock that also reports each reading on read.
+type signalClock struct{ read chan struct{} }
+
+func (c signalClock) Now() time.Time {
+	c.read <- struct{}{}
+	return time.Now()
+}
+
+// A guest spinning in a loop of its own, which never calls the host, still reaches the host often
+// enough (internal/fuel) for the host's garbage collector to stop the world and for the call to
+// end when its context does. Uninterruptible, neither would happen: the guest would run until
+// the call's deadline, a minute here, holding the collection up, and the test would fail on the
+// detail, which would name the deadline instead of the cancellation.
+func TestHostStopsASpinningGuest(t *testing.T) {
+	clk := signalClock{make(chan struct{}, 1)}
+	h, err := harness.NewHost(context.Background(), harness.HostConfig{
+		WASM: wasmModule(spinning, nil), CacheDir: cacheDir, Pool: 1, CallTimeout: time.Minute, Relay: relayConfig(),
+		Deps:   relay.Deps{Subscribers: memkv.New(clk), Dedup: memkv.New(clk), Upstream: harness.NewUpstream(), Clock: clk},
+		Logger: quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close(context.Background()) })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan *relay.Response)
+	go func() { done <- h.Handle(ctx, &relay.Request{Method: "POST", Header: relay.Header{}}) }()
+	<-clk.read // the guest is in, about to spin
+	runtime.GC()
+	cancel()
+	resp := <-done
+	if resp.Status != 500 || outcome(resp) != "" || !strings.Contains(resp.Detail, "context canceled") {
+		t.Fatalf("spinning call: %d %q %q, want a bare 500 naming the cancellation", resp.Status, outcome(resp), resp.Detail)
+	}
+	// The instance is replaced: the next call spins too, until its context ends.
+	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	go func() { done <- h.Handle(ctx, &relay.Request{Method: "POST", Header: relay.Header{}}) }()
+	<-clk.read
+	if resp := <-done; resp.Status != 500 || !strings.Contains(resp.Detail, "deadline") {
+		t.Fatalf("second spinning call: %d %q, want a bare 500 naming the deadline", resp.Status, resp.Detail)
 	}
 }

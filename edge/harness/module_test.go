@@ -3,14 +3,17 @@ package harness_test
 import (
 	"encoding/binary"
 	"slices"
+
+	"github.com/edgehook/edgehook/edge/harness/abi"
 )
 
 // Hand-assembled modules with the exports the host needs and next to no code: the benchmarks
 // time the host's own round trip with them, and the tests a guest that never returns.
 
-// wasmModule returns a module exporting memory, edgehook_buffer (which returns 1024, room for
-// requests up to 31 KB) and edgehook_handle with the given body (its locals' declaration, its
-// instructions and the final end), with data at address dataAt.
+// wasmModule returns a module importing the host's clock (function 0) and exporting memory,
+// edgehook_buffer (which returns 1024, room for requests up to 31 KB) and edgehook_handle with
+// the given body (its locals' declaration, its instructions and the final end), with data at
+// address dataAt.
 func wasmModule(handleBody []byte, data []byte) []byte {
 	section := func(id byte, content ...[]byte) []byte {
 		c := slices.Concat(content...)
@@ -20,10 +23,11 @@ func wasmModule(handleBody []byte, data []byte) []byte {
 	body := func(b []byte) []byte { return slices.Concat(uleb(uint64(len(b))), b) }
 	return slices.Concat(
 		[]byte("\x00asm\x01\x00\x00\x00"),
-		section(1, []byte{2, 0x60, 1, 0x7f, 1, 0x7f, 0x60, 1, 0x7f, 1, 0x7e}), // (i32)→i32, (i32)→i64
+		section(1, []byte{3, 0x60, 1, 0x7f, 1, 0x7f, 0x60, 1, 0x7f, 1, 0x7e, 0x60, 0, 1, 0x7e}), // (i32)→i32, (i32)→i64, ()→i64
+		section(2, []byte{1}, name(abi.ImportModule), name(abi.NowFunc), []byte{0, 2}),
 		section(3, []byte{2, 0, 1}),
 		section(5, []byte{1, 0, 1}), // one page
-		section(7, []byte{3}, name("memory"), []byte{2, 0}, name("edgehook_buffer"), []byte{0, 0}, name("edgehook_handle"), []byte{0, 1}),
+		section(7, []byte{3}, name("memory"), []byte{2, 0}, name(abi.BufferFunc), []byte{0, 1}, name(abi.HandleFunc), []byte{0, 2}),
 		section(10, []byte{2}, body([]byte{0, 0x41, 0x80, 0x08, 0x0b}), body(handleBody)),
 		section(11, []byte{1, 0, 0x41}, sleb(dataAt), []byte{0x0b}, uleb(uint64(len(data))), data),
 	)
@@ -37,8 +41,8 @@ func returning(data []byte) []byte {
 	return slices.Concat([]byte{0, 0x42}, sleb(int64(dataAt)<<32|int64(len(data))), []byte{0x0b})
 }
 
-// spinning is a handle body that loops forever.
-var spinning = []byte{0, 0x03, 0x40, 0x0c, 0x00, 0x0b, 0x00, 0x0b} // loop br 0 end unreachable end
+// spinning is a handle body that reads the clock, then loops forever.
+var spinning = []byte{0, 0x10, 0, 0x1a, 0x03, 0x40, 0x0c, 0x00, 0x0b, 0x00, 0x0b} // call 0, drop, loop br 0 end, unreachable, end
 
 func uleb(v uint64) []byte { return binary.AppendUvarint(nil, v) }
 

@@ -356,6 +356,7 @@ type benchReport struct {
 	OverheadNs  map[string]float64 `json:"overhead_ns_vs_native"`
 	TargetNs    float64            `json:"target_overhead_ns"`
 	Guest       map[string]float64 `json:"guest_per_request,omitempty"`
+	Stages      map[string]float64 `json:"stage_median_ns,omitempty"`
 	GoVersion   string             `json:"go"`
 	CPUs        int                `json:"cpus"`
 	GeneratedAt string             `json:"generated_at"`
@@ -365,16 +366,8 @@ type benchReport struct {
 // path is set (make bench-harness sets EDGEHOOK_BENCH_OUT). With baseline, an earlier report, the
 // table shows its figures beside the new ones.
 func writeBenchReport(path, baseline string) error {
-	results, guest := map[string]float64{}, map[string]float64{}
-	benchResults.Range(func(k, v any) bool {
-		results[k.(string)] = v.(float64)
-		return true
-	})
-	guestCounts.Range(func(k, v any) bool {
-		guest[k.(string)] = v.(float64)
-		return true
-	})
-	if path == "" || len(results)+len(guest) == 0 {
+	results, guest, stages := collect(&benchResults), collect(&guestCounts), collect(&stageResults)
+	if path == "" || len(results)+len(guest)+len(stages) == 0 {
 		return nil
 	}
 	var before benchReport
@@ -397,7 +390,7 @@ func writeBenchReport(path, baseline string) error {
 			}
 		}
 	}
-	report := benchReport{"BenchmarkRelay1KB (edge/harness)", len(benchBody), results, overhead, 20000, guest,
+	report := benchReport{"BenchmarkRelay1KB (edge/harness)", len(benchBody), results, overhead, 20000, guest, stages,
 		runtime.Version(), runtime.NumCPU(), time.Now().UTC().Format(time.RFC3339)}
 	data, err := json.MarshalIndent(report, "", "  ")
 	if err != nil {
@@ -410,7 +403,18 @@ func writeBenchReport(path, baseline string) error {
 	printTable("upstream/runtime", "µs/request", results, before.NsPerReq, 1e3)
 	printTable("harness cost over native", "µs/request", overhead, before.OverheadNs, 1e3)
 	printTable("guest, per request", "count", guest, before.Guest, 1)
+	printTable("1 KB delivery, stage /runtime", "µs", stages, before.Stages, 1e3)
 	return nil
+}
+
+// collect copies a map of float64s.
+func collect(m *sync.Map) map[string]float64 {
+	out := map[string]float64{}
+	m.Range(func(k, v any) bool {
+		out[k.(string)] = v.(float64)
+		return true
+	})
+	return out
 }
 
 // printTable prints the rows of now sorted by key, each divided by unit, with the baseline's figure

@@ -18,7 +18,8 @@
 // # Encoding
 //
 // Little-endian. A string or byte slice is a uint32 length and the bytes; a header map is a uint32
-// count and that many name, value string pairs.
+// count and that many name, value string pairs. A request, which the guest decodes on every call,
+// is laid out flat instead (see EncodeRequest).
 package abi
 
 // ImportModule is the module name of every host function.

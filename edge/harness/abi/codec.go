@@ -13,18 +13,59 @@ import (
 // ErrShort is wrapped by every decode error: the message ended early or has trailing bytes.
 var ErrShort = errors.New("abi: truncated or oversized message")
 
-// EncodeRequest appends the encoding of r to dst.
+// EncodeRequest appends the encoding of r to dst. Unlike the other messages a request is laid out
+// flat, for the guest to decode in one pass with one allocation: four uint32s (the length of the
+// text, of the method and of the body, and the number of header fields), each field's name and
+// value lengths (uint32s), the text (the method, then each field's name and value) and the body.
 func EncodeRequest(dst []byte, r *relay.Request) []byte {
-	dst = appendString(dst, r.Method)
-	dst = appendHeader(dst, r.Header)
-	return appendBytes(dst, r.Body)
+	text := len(r.Method)
+	for _, f := range r.Header {
+		text += len(f.Name) + len(f.Value)
+	}
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(text))
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(r.Method)))
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(r.Body)))
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(r.Header)))
+	for _, f := range r.Header {
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(f.Name)))
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(f.Value)))
+	}
+	dst = append(dst, r.Method...)
+	for _, f := range r.Header {
+		dst = append(append(dst, f.Name...), f.Value...)
+	}
+	return append(dst, r.Body...)
 }
 
-// DecodeRequest decodes a request; Body aliases b.
-func DecodeRequest(b []byte) (*relay.Request, error) {
-	d := decoder{b: b}
-	r := &relay.Request{Method: d.string(), Header: d.header(), Body: d.bytes()}
-	return r, d.done("request")
+// DecodeRequest decodes a request into dst, reusing dst.Header's array. The method and the
+// header fields are substrings of one new string; Body aliases b.
+func DecodeRequest(dst *relay.Request, b []byte) error {
+	if len(b) < 16 {
+		return fmt.Errorf("%w: request", ErrShort)
+	}
+	u32 := func(i uint64) uint64 { return uint64(binary.LittleEndian.Uint32(b[i:])) }
+	textLen, methodLen, bodyLen, n := u32(0), u32(4), u32(8), u32(12)
+	lengths := b[16:]
+	if n > uint64(len(lengths))/8 || textLen+bodyLen != uint64(len(lengths))-8*n || methodLen > textLen {
+		return fmt.Errorf("%w: request", ErrShort)
+	}
+	rest := lengths[8*n:]
+	text := string(rest[:textLen])
+	h := dst.Header[:0]
+	off := methodLen
+	for i := range n {
+		name, value := u32(16+8*i), u32(20+8*i)
+		if name > textLen-off || value > textLen-off-name {
+			return fmt.Errorf("%w: request", ErrShort)
+		}
+		h = append(h, relay.Field{Name: text[off : off+name], Value: text[off+name : off+name+value]})
+		off += name + value
+	}
+	if off != textLen {
+		return fmt.Errorf("%w: request", ErrShort)
+	}
+	*dst = relay.Request{Method: text[:methodLen], Header: h, Body: rest[textLen:len(rest):len(rest)]}
+	return nil
 }
 
 // EncodeResponse appends the encoding of r to dst.

@@ -21,7 +21,11 @@ func TestRoundTrips(t *testing.T) {
 		enc    []byte
 		decode func([]byte) (any, error)
 	}{
-		{"request", req, EncodeRequest(nil, req), func(b []byte) (any, error) { return DecodeRequest(b) }},
+		{"request", req, EncodeRequest(nil, req), func(b []byte) (any, error) {
+			var r relay.Request
+			err := DecodeRequest(&r, b)
+			return &r, err
+		}},
 		{"response", resp, EncodeResponse(nil, resp), func(b []byte) (any, error) { return DecodeResponse(b) }},
 		{"upstream request", up, EncodeUpstreamRequest(nil, up), func(b []byte) (any, error) { return DecodeUpstreamRequest(b) }},
 		{"upstream response", upResp, EncodeUpstreamResponse(nil, upResp), func(b []byte) (any, error) { return DecodeUpstreamResponse(b) }},

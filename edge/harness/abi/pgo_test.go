@@ -59,12 +59,12 @@ func BenchmarkGuestPath(b *testing.B) {
 	}, body)
 	in := abi.EncodeRequest(nil, &relay.Request{Method: "POST", Header: h, Body: body})
 	var out []byte
+	var req relay.Request
 	for b.Loop() {
-		req, err := abi.DecodeRequest(in)
-		if err != nil {
+		if err := abi.DecodeRequest(&req, in); err != nil {
 			b.Fatal(err)
 		}
-		resp := r.Handle(context.Background(), req)
+		resp := r.Handle(context.Background(), &req)
 		if resp.Status != 200 {
 			b.Fatal(resp.Status, resp.Detail)
 		}

@@ -134,9 +134,9 @@ func (e *Engine) Drain(ctx context.Context, opts DrainOptions) (DrainResult, err
 	return r.result(), r.err
 }
 
-// closeIdle closes the keep-alive connections of both clients.
+// closeIdle closes the keep-alive connections of both transports.
 func (s *senders) closeIdle() {
-	for _, c := range []*http.Client{s.direct, s.edge} {
-		c.CloseIdleConnections()
+	for _, t := range []*http.Transport{s.direct, s.edge} {
+		t.CloseIdleConnections()
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"syscall"
 	"time"
@@ -19,31 +20,32 @@ import (
 	"github.com/edgehook/edgehook/shared/wire"
 )
 
-// senders holds the two shared keep-alive clients. Direct mode's dialer refuses internal
-// addresses; the edge client is separate because the edge URL is the operator's own setting and
-// may well be local (the wazero harness).
+// senders holds the two shared keep-alive transports. Direct mode's dialer refuses internal
+// addresses; the edge transport is separate because the edge URL is the operator's own setting
+// and may well be local (the wazero harness).
+//
+// Requests go to the transports themselves, not through an http.Client: a transport never follows
+// redirects (a receiver answers for itself, and following would let a public URL bounce the
+// request to an internal one), and the client's redirect bookkeeping (a copy of every request's
+// headers) is then work for nothing. Subscriber URLs carry no credentials (wire.ValidateURL), the
+// one other thing a client adds.
 type senders struct {
-	direct, edge *http.Client
+	direct, edge *http.Transport
 }
 
 func newSenders(cfg *Config) *senders {
-	client := func(control func(network, address string, c syscall.RawConn) error) *http.Client {
+	transport := func(control func(network, address string, c syscall.RawConn) error) *http.Transport {
 		d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, Control: control}
-		return &http.Client{
-			Transport: &http.Transport{
-				Proxy:               nil, // a proxy would dial for us and bypass the address check
-				DialContext:         d.DialContext,
-				MaxIdleConnsPerHost: cfg.Workers,
-				IdleConnTimeout:     90 * time.Second,
-				TLSHandshakeTimeout: 10 * time.Second,
-				ForceAttemptHTTP2:   true,
-			},
-			// Redirects are not followed: a receiver answers for itself, and following would let a
-			// public URL bounce the request to an internal one.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		return &http.Transport{
+			Proxy:               nil, // a proxy would dial for us and bypass the address check
+			DialContext:         d.DialContext,
+			MaxIdleConnsPerHost: cfg.Workers,
+			IdleConnTimeout:     90 * time.Second,
+			TLSHandshakeTimeout: 10 * time.Second,
+			ForceAttemptHTTP2:   true,
 		}
 	}
-	return &senders{direct: client(guardAddresses(cfg.AllowNetworks)), edge: client(nil)}
+	return &senders{direct: transport(guardAddresses(cfg.AllowNetworks)), edge: transport(nil)}
 }
 
 // errBlockedAddress marks a refused destination.
@@ -149,16 +151,15 @@ func (e *Engine) deliver(ctx context.Context, c store.Claimed) store.Settlement 
 		}
 	}
 	now := e.cfg.Now()
-	req, err := e.request(c, now)
+	sendCtx, cancel := context.WithTimeout(ctx, min(sub.Timeout(), e.cfg.LeaseDuration*3/4))
+	req, err := e.request(sendCtx, c, now)
 	var resp response
 	if err != nil {
 		resp.err = &configError{err}
 	} else {
-		timeout := min(sub.Timeout(), e.cfg.LeaseDuration*3/4)
-		sendCtx, cancel := context.WithTimeout(ctx, timeout)
-		resp = e.do(req.WithContext(sendCtx), sub.Mode)
-		cancel()
+		resp = e.do(req, sub.Mode)
 	}
+	cancel()
 	if ctx.Err() != nil && resp.err != nil {
 		return release // cut by a stop: not the subscriber's fault, and not sent as far as we know
 	}
@@ -173,8 +174,16 @@ func (e *Engine) deliver(ctx context.Context, c store.Claimed) store.Settlement 
 	return set
 }
 
-// request builds the signed request for a delivery.
-func (e *Engine) request(c store.Claimed, now time.Time) (*http.Request, error) {
+// The subscriber-facing header names in canonical form: set so, they are stored as they are, without
+// being canonicalised again on every request.
+var (
+	headerWebhookID        = http.CanonicalHeaderKey(wire.HeaderWebhookID)
+	headerWebhookTimestamp = http.CanonicalHeaderKey(wire.HeaderWebhookTimestamp)
+	headerWebhookSignature = http.CanonicalHeaderKey(wire.HeaderWebhookSignature)
+)
+
+// request builds the signed request for a delivery, sent under ctx.
+func (e *Engine) request(ctx context.Context, c store.Claimed, now time.Time) (*http.Request, error) {
 	sub := c.Subscriber
 	target := sub.URL
 	if sub.Mode == store.ModeEdge {
@@ -183,7 +192,7 @@ func (e *Engine) request(c store.Claimed, now time.Time) (*http.Request, error) 
 		}
 		target = e.cfg.EdgeURL
 	}
-	req, err := http.NewRequest(http.MethodPost, target, bytes.NewReader(c.Event.Body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(c.Event.Body))
 	if err != nil {
 		return nil, err
 	}
@@ -196,8 +205,8 @@ func (e *Engine) request(c store.Claimed, now time.Time) (*http.Request, error) 
 	ts := now.Unix()
 	// The subscriber-facing headers are made here in both modes: the edge forwards them untouched
 	// and never holds subscriber secrets.
-	h.Set(wire.HeaderWebhookID, c.Event.ID)
-	h.Set(wire.HeaderWebhookTimestamp, strconv.FormatInt(ts, 10))
+	h.Set(headerWebhookID, c.Event.ID)
+	h.Set(headerWebhookTimestamp, strconv.FormatInt(ts, 10))
 	switch sub.Profile {
 	case store.ProfileLegacy:
 		sec, ok := sub.LegacySecret(now)
@@ -212,7 +221,7 @@ func (e *Engine) request(c store.Claimed, now time.Time) (*http.Request, error) 
 		if len(secrets) == 0 {
 			return nil, errors.New("subscriber has no valid secret")
 		}
-		h.Set(wire.HeaderWebhookSignature, signature.Sign(secrets, c.Event.ID, ts, c.Event.Body))
+		h.Set(headerWebhookSignature, signature.Sign(secrets, c.Event.ID, ts, c.Event.Body))
 	}
 	if sub.Mode == store.ModeEdge {
 		signature.SetHopHeaders(h, e.cfg.EdgeSecrets, &signature.Hop{
@@ -225,19 +234,23 @@ func (e *Engine) request(c store.Claimed, now time.Time) (*http.Request, error) 
 
 // do sends req and reads at most ExcerptBytes of the answer.
 func (e *Engine) do(req *http.Request, mode store.Mode) response {
-	client := e.http.direct
+	t := e.http.direct
 	if mode == store.ModeEdge {
-		client = e.http.edge
+		t = e.http.edge
 	}
 	start := time.Now()
-	resp, err := client.Do(req)
+	resp, err := t.RoundTrip(req)
 	if err != nil {
-		return response{err: err, latency: time.Since(start)}
+		// Worded as http.Client words it: `Post "<url>": <cause>`.
+		return response{err: &url.Error{Op: "Post", URL: req.URL.String(), Err: err}, latency: time.Since(start)}
 	}
 	defer resp.Body.Close()
-	excerpt, err := io.ReadAll(io.LimitReader(resp.Body, int64(e.cfg.ExcerptBytes)))
-	// Drain a little more so the connection can be reused; a huge body just closes it.
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	var excerpt []byte
+	if resp.ContentLength != 0 { // most acknowledgements have no body: no buffer for one
+		excerpt, err = io.ReadAll(io.LimitReader(resp.Body, int64(e.cfg.ExcerptBytes)))
+		// Drain a little more so the connection can be reused; a huge body just closes it.
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	}
 	r := response{status: resp.StatusCode, retryAfter: resp.Header.Get(wire.HeaderRetryAfter),
 		outcome: resp.Header.Get(wire.HeaderOutcome), excerpt: string(excerpt), latency: time.Since(start)}
 	if err != nil && r.status/100 != 2 {

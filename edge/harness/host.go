@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -87,6 +88,9 @@ type instance struct {
 	pending []byte
 	// scratch holds the encoded request, results KVGetAllFunc's answer; both are reused.
 	scratch, results []byte
+	// mac is the HMAC-SHA256 of key macKey, and macSum its last result, for HMACFunc.
+	mac            hash.Hash
+	macKey, macSum []byte
 }
 
 // callKey carries the running *instance to the host functions through the call's context.
@@ -439,15 +443,22 @@ func (h *Host) logLine(ctx context.Context, m api.Module, stack []uint64) {
 }
 
 // hmacSHA256 hashes straight from guest memory views: nothing calls back into the guest while
-// they are in use.
+// they are in use. The instance keeps the HMAC of the last key (the edge secret, the same on every
+// request): Reset returns it to its keyed state without hashing the key again or allocating.
 func hmacSHA256(ctx context.Context, m api.Module, stack []uint64) {
-	running(ctx)
-	mac := hmac.New(sha256.New, view(m, stack[0], stack[1]))
+	in := running(ctx)
+	if key := view(m, stack[0], stack[1]); in.mac == nil || !bytes.Equal(key, in.macKey) {
+		in.macKey = append(in.macKey[:0], key...)
+		in.mac = hmac.New(sha256.New, in.macKey)
+	} else {
+		in.mac.Reset()
+	}
 	iov := view(m, stack[2], stack[3]*8)
 	for i := 0; i < len(iov); i += 8 {
-		mac.Write(view(m, uint64(binary.LittleEndian.Uint32(iov[i:])), uint64(binary.LittleEndian.Uint32(iov[i+4:]))))
+		in.mac.Write(view(m, uint64(binary.LittleEndian.Uint32(iov[i:])), uint64(binary.LittleEndian.Uint32(iov[i+4:]))))
 	}
-	if !m.Memory().Write(uint32(stack[4]), mac.Sum(nil)) {
+	in.macSum = in.mac.Sum(in.macSum[:0])
+	if !m.Memory().Write(uint32(stack[4]), in.macSum) {
 		panic(fmt.Sprintf("guest passed an HMAC output at %#x, outside memory", stack[4]))
 	}
 }

@@ -164,15 +164,31 @@ func (ns kv) Put(_ context.Context, key, value string, ttl time.Duration) error 
 type upstream struct{}
 
 // upstreamBuf is reused for every upstream request: the host copies the bytes before it returns.
-var upstreamBuf []byte
+// upstreamIn and upstreamResp, the answer, are reused too: the relay is done with an answer (it
+// copies what it keeps into its response, which handle encodes) before the next request.
+var (
+	upstreamBuf, upstreamIn []byte
+	upstreamResp            relay.UpstreamResponse
+)
 
 func (upstream) Do(_ context.Context, req *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
 	upstreamBuf = abi.EncodeUpstreamRequest(upstreamBuf[:0], req)
 	code, n := abi.SplitResult(hostUpstream(addr(upstreamBuf), uint32(len(upstreamBuf))))
+	if code == abi.CodeOK {
+		if uint32(cap(upstreamIn)) < n {
+			upstreamIn = make([]byte, n)
+		}
+		upstreamIn = upstreamIn[:n]
+		if n > 0 {
+			hostTake(addr(upstreamIn))
+		}
+		if err := abi.DecodeUpstreamResponse(&upstreamResp, upstreamIn); err != nil {
+			return nil, err
+		}
+		return &upstreamResp, nil
+	}
 	b := take(n)
 	switch code {
-	case abi.CodeOK:
-		return abi.DecodeUpstreamResponse(b)
 	case abi.CodeTimeout:
 		return nil, timeoutError(b)
 	}

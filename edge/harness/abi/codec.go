@@ -79,7 +79,7 @@ func EncodeResponse(dst []byte, r *relay.Response) []byte {
 // DecodeResponse decodes a response; Body aliases b.
 func DecodeResponse(b []byte) (*relay.Response, error) {
 	d := decoder{b: b}
-	r := &relay.Response{Status: int(d.uint32()), Header: d.header(), Body: d.bytes(), Detail: d.string()}
+	r := &relay.Response{Status: int(d.uint32()), Header: d.header(nil), Body: d.bytes(), Detail: d.string()}
 	return r, d.done("response")
 }
 
@@ -94,7 +94,7 @@ func EncodeUpstreamRequest(dst []byte, r *relay.UpstreamRequest) []byte {
 // DecodeUpstreamRequest decodes an upstream request; Body aliases b.
 func DecodeUpstreamRequest(b []byte) (*relay.UpstreamRequest, error) {
 	d := decoder{b: b}
-	r := &relay.UpstreamRequest{URL: d.string(), Header: d.header(), Body: d.bytes()}
+	r := &relay.UpstreamRequest{URL: d.string(), Header: d.header(nil), Body: d.bytes()}
 	if t := d.uint64(); t <= math.MaxInt64 {
 		r.Timeout = time.Duration(t)
 	} else {
@@ -110,11 +110,12 @@ func EncodeUpstreamResponse(dst []byte, r *relay.UpstreamResponse) []byte {
 	return appendBytes(dst, r.Body)
 }
 
-// DecodeUpstreamResponse decodes an upstream response; Body aliases b.
-func DecodeUpstreamResponse(b []byte) (*relay.UpstreamResponse, error) {
+// DecodeUpstreamResponse decodes an upstream response into dst, reusing dst.Header's array;
+// Body aliases b.
+func DecodeUpstreamResponse(dst *relay.UpstreamResponse, b []byte) error {
 	d := decoder{b: b}
-	r := &relay.UpstreamResponse{Status: int(d.uint32()), Header: d.header(), Body: d.bytes()}
-	return r, d.done("upstream response")
+	*dst = relay.UpstreamResponse{Status: int(d.uint32()), Header: d.header(dst.Header), Body: d.bytes()}
+	return d.done("upstream response")
 }
 
 // AppendKVResult appends one read's result to the answer of KVGetAllFunc: a uint32 result code
@@ -222,7 +223,8 @@ func (d *decoder) bytes() []byte {
 
 func (d *decoder) string() string { return string(d.bytes()) }
 
-func (d *decoder) header() relay.Header {
+// header decodes a header map into dst's array when it has room, or a new one.
+func (d *decoder) header(dst relay.Header) relay.Header {
 	n := d.uint32()
 	// Each pair needs at least 8 bytes, which bounds n before anything is allocated.
 	if uint64(n)*8 > uint64(len(d.b)) {
@@ -246,7 +248,11 @@ func (d *decoder) header() relay.Header {
 	}
 	all := string(d.b[:size])
 	d.b = rest
-	h := make(relay.Header, n)
+	h := dst[:0]
+	if cap(h) < int(n) || h == nil {
+		h = make(relay.Header, 0, n)
+	}
+	h = h[:n]
 	for i := range h {
 		h[i].Name = slice(&all)
 		h[i].Value = slice(&all)

@@ -28,7 +28,11 @@ func TestRoundTrips(t *testing.T) {
 		}},
 		{"response", resp, EncodeResponse(nil, resp), func(b []byte) (any, error) { return DecodeResponse(b) }},
 		{"upstream request", up, EncodeUpstreamRequest(nil, up), func(b []byte) (any, error) { return DecodeUpstreamRequest(b) }},
-		{"upstream response", upResp, EncodeUpstreamResponse(nil, upResp), func(b []byte) (any, error) { return DecodeUpstreamResponse(b) }},
+		{"upstream response", upResp, EncodeUpstreamResponse(nil, upResp), func(b []byte) (any, error) {
+			var r relay.UpstreamResponse
+			err := DecodeUpstreamResponse(&r, b)
+			return &r, err
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := tc.decode(tc.enc)
@@ -48,6 +52,30 @@ func TestRoundTrips(t *testing.T) {
 				t.Fatalf("trailing byte: err = %v, want ErrShort", err)
 			}
 		})
+	}
+}
+
+// Decoding into a message decoded before reuses its header array and leaves nothing of it behind.
+func TestDecodeReusesHeaders(t *testing.T) {
+	long := relay.Header{{Name: "a", Value: "1"}, {Name: "b", Value: "2"}, {Name: "c", Value: "3"}}
+	short := relay.Header{{Name: "retry-after", Value: "5"}}
+	var req relay.Request
+	var up relay.UpstreamResponse
+	var arrays []*relay.Field // the first field of each decode's header array
+	for _, h := range []relay.Header{long, short} {
+		if err := DecodeRequest(&req, EncodeRequest(nil, &relay.Request{Method: "POST", Header: h})); err != nil {
+			t.Fatal(err)
+		}
+		if err := DecodeUpstreamResponse(&up, EncodeUpstreamResponse(nil, &relay.UpstreamResponse{Status: 503, Header: h})); err != nil {
+			t.Fatal(err)
+		}
+		arrays = append(arrays, &req.Header[0], &up.Header[0])
+	}
+	if !reflect.DeepEqual(req.Header, short) || !reflect.DeepEqual(up.Header, short) || up.Status != 503 {
+		t.Fatalf("second decode: request headers %+v, upstream %d %+v; want %+v", req.Header, up.Status, up.Header, short)
+	}
+	if arrays[0] != arrays[2] || arrays[1] != arrays[3] {
+		t.Fatal("the second decode allocated new header arrays")
 	}
 }
 

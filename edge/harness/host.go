@@ -45,10 +45,11 @@ type HostConfig struct {
 	// internal/fuel): every loop header takes a unit of fuel and, every fuelPerRefuel iterations,
 	// calls the host, which traps the call once it is past its deadline. That replaces wazero's
 	// own termination checks, a call out to Go at every loop header (~45 ns here, about a thousand
-	// per request since Go-compiled WASM jumps through each function's outer loop). Without it a
-	// call past its deadline ends only when the guest next calls the host (every host function
-	// traps then), never inside a loop of the guest's own, and compiled code cannot be preempted,
-	// so such a loop would also stall the host's garbage collector. Hence off by default.
+	// per request since Go-compiled WASM jumps through each function's outer loop), for about a
+	// nanosecond per loop header. Uninterruptible, a call past its deadline ends only when the
+	// guest next calls the host (every host function traps then), never inside a loop of the
+	// guest's own, and compiled code cannot be preempted, so such a loop would also stall the
+	// host's garbage collector. Hence off by default; it saves ~1 µs of a 1 KB request.
 	Uninterruptible bool
 }
 

@@ -23,8 +23,9 @@ edge-pgo:
 	rm -f build/abi-pgo.test
 
 # No -race where the module is compiled: wazero's compiler, race-instrumented, takes minutes per
-# module on this machine (the host's pool is a buffered channel; its tests run without). The
-# end-to-end test runs bin/edgehook (mk/api.mk builds it) as separate processes.
+# module on this machine (the host's pool, a channel of tokens and a stack under a mutex, is
+# tested without). The end-to-end test runs bin/edgehook (mk/api.mk builds it) as separate
+# processes.
 test-harness: bin/edgehook
 	$(GO) test -race -count=1 ./edge/harness/abi/ ./edge/harness/internal/...
 	rm -f build/conformance/wasi.json

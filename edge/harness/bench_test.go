@@ -213,6 +213,61 @@ func compareRuntimes(b *testing.B, group, url string, up relay.Upstream, status,
 	}
 }
 
+// BenchmarkPool relays 1 KB deliveries (stub upstream) one at a time through a host of one
+// instance and one of harness.DefaultPool, in turn in warm batches as in stub-warm: with requests
+// one at a time, the pooled host should cost no more than the single instance (it reuses the
+// instance that served the last request).
+func BenchmarkPool(b *testing.B) {
+	wasm, err := os.ReadFile(wasmPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	clk := relay.SystemClock{}
+	pools := []int{1, harness.DefaultPool}
+	hosts := make([]*harness.Host, len(pools))
+	for i, pool := range pools {
+		subs := memkv.New(clk)
+		entry, err := wire.SubscriberEntry("sub_b", &wire.SubscriberRecord{URL: "http://127.0.0.1:9", TimeoutMS: 5000, Active: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = subs.Put(context.Background(), entry.Key, entry.Value, 0)
+		if hosts[i], err = harness.NewHost(context.Background(), harness.HostConfig{
+			WASM: wasm, CacheDir: cacheDir, Pool: pool, CallTimeout: 10 * time.Second, Relay: relayConfig(),
+			Deps:   relay.Deps{Subscribers: subs, Dedup: memkv.New(clk), Upstream: stubUpstream{}, Clock: clk},
+			Logger: quiet,
+		}); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = hosts[i].Close(context.Background()) })
+	}
+	now := time.Now()
+	reqs := make([]*relay.Request, b.N)
+	for n := range reqs {
+		reqs[n] = signedRequest(fmt.Sprintf("del_%d", n), "sub_b", benchBody, now)
+	}
+	times := make([][]time.Duration, len(hosts))
+	b.ResetTimer()
+	for first := 0; first < b.N; first += warmBatch {
+		for i, h := range hosts {
+			for n := first; n < min(first+warmBatch, b.N); n++ {
+				start := time.Now()
+				resp := h.Handle(context.Background(), reqs[n])
+				times[i] = append(times[i], time.Since(start))
+				if resp.Status != 200 {
+					b.Fatalf("pool of %d: status %d: %s", pools[i], resp.Status, resp.Detail)
+				}
+			}
+		}
+	}
+	b.StopTimer()
+	for i, pool := range pools {
+		m := median(times[i])
+		b.ReportMetric(float64(m.Nanoseconds())/1e3, fmt.Sprintf("pool%d-µs/req", pool))
+		benchResults.Store(fmt.Sprintf("stub-warm-pool-%d/wasi", pool), float64(m.Nanoseconds()))
+	}
+}
+
 // callCounter counts entries into one function and, when by is set, credits each to the nearest
 // function of this project's code on the stack (a call of the Go runtime or standard library is
 // made on its behalf). The benchmark calls the guest from one goroutine.

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -74,8 +75,14 @@ type Host struct {
 	deps     relay.Deps
 	timeout  time.Duration
 	log      *slog.Logger
-	// slots holds Pool entries; a nil entry is an instance to (re)create on its next use.
-	slots chan *instance
+	// free holds a token per idle instance; idle holds those instances (a nil entry is one to
+	// (re)create on its next use), the most recently used last. A request takes that one: with
+	// fewer requests at once than instances, the same few instances serve them all with their
+	// memory in the CPU's caches, where taking them in turn would go through all of them (~25%
+	// slower per request with 8 instances, BenchmarkPool).
+	free chan struct{}
+	mu   sync.Mutex
+	idle []*instance
 }
 
 // instance is one module instance and the state of the call it is running.
@@ -124,7 +131,7 @@ func NewHost(ctx context.Context, cfg HostConfig) (*Host, error) {
 	}
 	h := &Host{
 		cache: cache, deps: cfg.Deps, timeout: cfg.CallTimeout, log: cfg.Logger,
-		slots: make(chan *instance, cfg.Pool),
+		free: make(chan struct{}, cfg.Pool),
 		// No CloseOnContextDone: its checks are replaced by the fuel's (see Uninterruptible).
 		rt: wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(cache)),
 	}
@@ -168,12 +175,13 @@ func (h *Host) start(ctx context.Context, wasm []byte, env map[string]string) er
 	for k, v := range env {
 		h.modCfg = h.modCfg.WithEnv(k, v)
 	}
-	for range cap(h.slots) {
+	for range cap(h.free) {
 		in, err := h.instantiate(ctx)
 		if err != nil {
 			return err
 		}
-		h.slots <- in
+		h.idle = append(h.idle, in)
+		h.free <- struct{}{}
 	}
 	return nil
 }
@@ -218,14 +226,20 @@ func (h *Host) Close(ctx context.Context) error {
 func (h *Host) Handle(ctx context.Context, req *relay.Request) *relay.Response {
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
-	var in *instance
 	select {
-	case in = <-h.slots:
+	case <-h.free:
 	case <-ctx.Done():
 		return edgeError("no relay instance became free: %v", ctx.Err())
 	}
+	h.mu.Lock()
+	in := h.idle[len(h.idle)-1]
+	h.idle = h.idle[:len(h.idle)-1]
+	h.mu.Unlock()
 	resp, err := h.call(ctx, &in, req)
-	h.slots <- in
+	h.mu.Lock()
+	h.idle = append(h.idle, in)
+	h.mu.Unlock()
+	h.free <- struct{}{}
 	if err != nil {
 		h.log.Error("relay module failed; the instance is replaced", "err", err)
 		return edgeError("the relay module failed: %v", err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/edgehook/edgehook/edge/harness"
+	"github.com/edgehook/edgehook/edge/harness/abi"
 	"github.com/edgehook/edgehook/edge/relay"
 	"github.com/edgehook/edgehook/edge/relay/memkv"
 	"github.com/edgehook/edgehook/shared/wire"
@@ -269,5 +270,26 @@ func TestHostStopsASpinningGuest(t *testing.T) {
 	<-clk.read
 	if resp := <-done; resp.Status != 500 || !strings.Contains(resp.Detail, "deadline") {
 		t.Fatalf("second spinning call: %d %q, want a bare 500 naming the deadline", resp.Status, resp.Detail)
+	}
+}
+
+// Requests one after another all go to the instance that served the last one (its memory is in
+// the CPU's caches), not to each of the pool's instances in turn.
+func TestHostReusesTheLastInstance(t *testing.T) {
+	resp := abi.EncodeResponse(nil, &relay.Response{Header: relay.Header{}})
+	clk := relay.SystemClock{}
+	h, err := harness.NewHost(context.Background(), harness.HostConfig{
+		WASM: wasmModule(counting(resp), resp), CacheDir: cacheDir, Pool: 3, CallTimeout: time.Minute, Relay: relayConfig(),
+		Deps:   relay.Deps{Subscribers: memkv.New(clk), Dedup: memkv.New(clk), Upstream: harness.NewUpstream(), Clock: clk},
+		Logger: quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close(context.Background()) })
+	for want := 201; want <= 205; want++ { // the instance's count of its calls, plus 200
+		if got := h.Handle(context.Background(), &relay.Request{Method: "POST", Header: relay.Header{}}).Status; got != want {
+			t.Fatalf("status %d, want %d: the call went to another instance", got, want)
+		}
 	}
 }

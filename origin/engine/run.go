@@ -285,9 +285,11 @@ func (r *run) completer() {
 	defer close(r.complete)
 	gather := time.NewTimer(0)
 	defer gather.Stop()
+	// One buffer for every batch: the store keeps none of a batch once it is written.
+	buf := make([]store.Settlement, 0, r.e.cfg.SettleBatch)
 	for first := range r.outcomes {
 		gather.Reset(settleGather)
-		batch := r.take([]store.Settlement{first}, gather.C)
+		batch := r.take(append(buf[:0], first), gather.C)
 		r.writer.Lock()
 		batch = r.take(batch, nil)
 		wasAtCap := r.land(batch)

@@ -88,7 +88,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 	}
 	var res ClaimResult
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		res, err = s.claimTx(ctx, tx, c)
+		res, err = s.claimTx(ctx, tx, c, countDeltas{})
 		return err
 	})
 	if err != nil {
@@ -124,15 +124,24 @@ func (s *Store) claimed(c claimPlan) {
 	}
 }
 
-// claimTx runs a claim in tx (see Claim).
-func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, cl claimPlan) (ClaimResult, error) {
+// claimTx runs a claim in tx (see Claim), and writes moves, the count changes of the transaction
+// not yet in queue_counts (a settle's), with its own in one statement. The candidates are read
+// from queue_counts: moves into pending are written first (a released delivery is due at once),
+// moves out of leased are taken off the in-flight counts read.
+func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, cl claimPlan, moves countDeltas) (ClaimResult, error) {
 	var res ClaimResult
 	if cl.rescue {
 		if err := s.rescueExpired(ctx, tx, cl.now); err != nil {
 			return res, fmt.Errorf("claim: rescue expired leases: %w", err)
 		}
 	}
-	cands, err := s.claimCandidates(ctx, tx, cl.now)
+	if moves.into(StatusPending) {
+		if err := moves.write(ctx, s, tx); err != nil {
+			return res, err
+		}
+		clear(moves)
+	}
+	cands, err := s.claimCandidates(ctx, tx, cl.now, moves)
 	if err != nil {
 		return res, err
 	}
@@ -181,14 +190,10 @@ func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, cl claimPlan) (ClaimRes
 		}
 		spent = append(spent, spend{ID: c.id, Tokens: c.tokens - float64(c.taken), Probe: c.probe})
 	}
-	if len(rows) == 0 {
-		return res, nil
-	}
-	moves := countDeltas{}
 	for _, r := range rows {
 		moves.move(r.subID, StatusPending, StatusLeased, 1)
 	}
-	if err := moves.write(ctx, s, tx); err != nil {
+	if err := moves.write(ctx, s, tx); err != nil || len(rows) == 0 {
 		return res, err
 	}
 	if err := s.spendTokens(ctx, tx, spent, cl.now, cl.leaseUntil); err != nil {
@@ -265,8 +270,9 @@ func (s *Store) spendTokens(ctx context.Context, tx *sql.Tx, spent []spend, now,
 }
 
 // claimCandidates returns the active subscribers with pending deliveries that may send now, in
-// round-robin order, with their budgets.
-func (s *Store) claimCandidates(ctx context.Context, tx *sql.Tx, now int64) ([]*candidate, error) {
+// round-robin order, with their budgets. moves are count changes not yet in queue_counts: none into
+// pending, and those out of leased lower the in-flight counts.
+func (s *Store) claimCandidates(ctx context.Context, tx *sql.Tx, now int64, moves countDeltas) ([]*candidate, error) {
 	rows, err := s.query(ctx, tx, `SELECT s.id, s.rate_per_sec, s.burst, s.max_in_flight, l.tokens, l.refilled_at, l.circuit,
 			coalesce((SELECT n FROM queue_counts q WHERE q.subscriber_id = s.id AND q.status = 'leased'), 0)
 		FROM subscribers s JOIN limiter l ON l.subscriber_id = s.id
@@ -289,6 +295,7 @@ func (s *Store) claimCandidates(ctx context.Context, tx *sql.Tx, now int64) ([]*
 		if err := rows.Scan(&c.id, &c.rate, &burst, &maxInFlight, &c.tokens, &refilledAt, &circuit, &leased); err != nil {
 			return nil, err
 		}
+		leased += moves[[2]string{c.id, string(StatusLeased)}]
 		elapsed := math.Max(0, float64(now-refilledAt)/1000)
 		c.tokens = math.Min(float64(burst), c.tokens+c.rate*elapsed)
 		c.budget = max(0, min(int(math.Floor(c.tokens)), maxInFlight-int(leased)))

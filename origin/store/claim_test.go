@@ -273,6 +273,28 @@ func TestSettleAndClaimInOneTransaction(t *testing.T) {
 	}
 }
 
+// TestSettleAndClaimTakesAReleasedDeliveryAgain: a delivery that the settle returns to the queue
+// due at once is a candidate for the claim in the same transaction, though its subscriber had no
+// other pending delivery.
+func TestSettleAndClaimTakesAReleasedDeliveryAgain(t *testing.T) {
+	t.Parallel()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a", MaxInFlight: 1})
+	emitN(t, s, "a", 1)
+	first := claim(t, s, clk.Now(), 10).Deliveries
+	if len(first) != 1 {
+		t.Fatalf("claimed %d, want 1", len(first))
+	}
+	_, res, err := s.SettleAndClaim(context.Background(), clk.Now(), CircuitPolicy{}, []Settlement{done(first[0], ResultRelease)},
+		ClaimParams{Now: clk.Now(), Limit: 10, LeaseDuration: time.Minute})
+	if err != nil || len(res.Deliveries) != 1 || res.Deliveries[0].Seq != first[0].Seq {
+		t.Fatalf("claimed %+v, %v; want the released delivery again", res.Deliveries, err)
+	}
+	if got := counts(t, s, "a"); got[StatusLeased] != 1 || got[StatusPending] != 0 {
+		t.Fatalf("a's counts %v, want 1 leased", got)
+	}
+}
+
 func TestCircuitBreaker(t *testing.T) {
 	t.Parallel()
 	s, clk := open(t, Options{})

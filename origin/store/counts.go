@@ -19,6 +19,16 @@ func (c countDeltas) move(sub string, from, to Status, n int64) {
 	c[[2]string{sub, string(to)}] += n
 }
 
+// into reports whether the changes add deliveries to a status.
+func (c countDeltas) into(to Status) bool {
+	for k, n := range c {
+		if k[1] == string(to) && n > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // write adds the changes to queue_counts in one statement.
 func (c countDeltas) write(ctx context.Context, s *Store, tx *sql.Tx) error {
 	type row struct {

@@ -79,8 +79,11 @@ func (s *Store) Settle(ctx context.Context, now time.Time, policy CircuitPolicy,
 		return 0, err
 	}
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		stale, err = s.settleTx(ctx, tx, now, policy, items, rows)
-		return err
+		moves := countDeltas{}
+		if stale, err = s.settleTx(ctx, tx, now, policy, items, rows, moves); err != nil {
+			return err
+		}
+		return moves.write(ctx, s, tx)
 	})
 	return stale, err
 }
@@ -99,12 +102,13 @@ func (s *Store) SettleAndClaim(ctx context.Context, now time.Time, policy Circui
 		return 0, ClaimResult{}, err
 	}
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		moves := countDeltas{} // the settle's and the claim's, written once
 		if len(items) > 0 {
-			if stale, err = s.settleTx(ctx, tx, now, policy, items, rows); err != nil {
+			if stale, err = s.settleTx(ctx, tx, now, policy, items, rows, moves); err != nil {
 				return err
 			}
 		}
-		res, err = s.claimTx(ctx, tx, c)
+		res, err = s.claimTx(ctx, tx, c, moves)
 		return err
 	})
 	if err != nil {
@@ -131,9 +135,10 @@ func newSettleRows(items []Settlement) ([]settleRow, error) {
 	return rows, nil
 }
 
-// settleTx applies a checked batch in tx and returns how many settlements were stale.
-func (s *Store) settleTx(ctx context.Context, tx *sql.Tx, now time.Time, policy CircuitPolicy, items []Settlement, rows []settleRow) (int, error) {
-	attempts, err := s.settleDeliveries(ctx, tx, rows, ms(now))
+// settleTx applies a checked batch in tx and returns how many settlements were stale. It adds the
+// moves out of leased to moves, for the caller to write.
+func (s *Store) settleTx(ctx context.Context, tx *sql.Tx, now time.Time, policy CircuitPolicy, items []Settlement, rows []settleRow, moves countDeltas) (int, error) {
+	attempts, err := s.settleDeliveries(ctx, tx, rows, ms(now), moves)
 	if err != nil {
 		return 0, fmt.Errorf("settle: %w", err)
 	}
@@ -191,13 +196,12 @@ func newSettleRow(it *Settlement) (settleRow, error) {
 // disabled, pending otherwise.
 const unsentStatus = `CASE WHEN (SELECT state FROM subscribers WHERE id = deliveries.subscriber_id) = 'disabled' THEN 'held' ELSE 'pending' END`
 
-// settleDeliveries applies the batch where the lease token still matches, counts the moves out of
-// leased, and returns the new attempt count of each delivery settled. The unary + keeps the
+// settleDeliveries applies the batch where the lease token still matches, adds the moves out of
+// leased to c, and returns the new attempt count of each delivery settled. The unary + keeps the
 // planner from driving the join from the status index (a scan of every leased row per batch row):
 // it walks the batch and looks each delivery up by its primary key.
-func (s *Store) settleDeliveries(ctx context.Context, tx *sql.Tx, batch []settleRow, now int64) (map[int64]int, error) {
+func (s *Store) settleDeliveries(ctx context.Context, tx *sql.Tx, batch []settleRow, now int64, c countDeltas) (map[int64]int, error) {
 	out := map[int64]int{}
-	c := countDeltas{}
 	args := make([]any, 0, 1+9*rowChunks[0])
 	err := inChunks(len(batch), func(k, lo, hi int) error {
 		args = append(args[:0], now)
@@ -222,10 +226,7 @@ func (s *Store) settleDeliveries(ctx context.Context, tx *sql.Tx, batch []settle
 		}
 		return rows.Err()
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, c.write(ctx, s, tx)
+	return out, err
 }
 
 // settleSQL settles a chunk of rowChunks rows: parameters now, then each settleRow's fields.

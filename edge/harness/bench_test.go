@@ -127,7 +127,7 @@ func BenchmarkHandleFloor(b *testing.B) {
 		hosts := map[string]*harness.Host{}
 		modes := []string{"wasi", "wasi-uninterruptible"}
 		for _, mode := range modes {
-			hosts[mode] = hostFor(b, wasm, stubUpstream{}, mode == "wasi-uninterruptible")
+			hosts[mode] = hostFor(b, cacheDir, wasm, stubUpstream{}, mode == "wasi-uninterruptible")
 		}
 		times := map[string][]time.Duration{}
 		req := &relay.Request{Method: "GET", Header: delivery.Header, Body: delivery.Body}
@@ -152,18 +152,19 @@ func BenchmarkHandleFloor(b *testing.B) {
 	})
 }
 
-// hostFor returns a host of one instance running wasm over empty namespaces, closed when b ends.
-func hostFor(b *testing.B, wasm []byte, up relay.Upstream, uninterruptible bool) *harness.Host {
+// hostFor returns a host of one instance running wasm over empty namespaces, its compilation
+// cache in dir, closed when tb ends.
+func hostFor(tb testing.TB, dir string, wasm []byte, up relay.Upstream, uninterruptible bool) *harness.Host {
 	clk := relay.SystemClock{}
 	h, err := harness.NewHost(context.Background(), harness.HostConfig{
-		WASM: wasm, CacheDir: cacheDir, Pool: 1, CallTimeout: 10 * time.Second, Relay: relayConfig(),
+		WASM: wasm, CacheDir: dir, Pool: 1, CallTimeout: 10 * time.Second, Relay: relayConfig(),
 		Deps:   relay.Deps{Subscribers: memkv.New(clk), Dedup: memkv.New(clk), Upstream: up, Clock: clk},
 		Logger: quiet, Uninterruptible: uninterruptible,
 	})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	b.Cleanup(func() { _ = h.Close(context.Background()) })
+	tb.Cleanup(func() { _ = h.Close(context.Background()) })
 	return h
 }
 

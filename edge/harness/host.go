@@ -31,7 +31,8 @@ import (
 type HostConfig struct {
 	// WASM is the relay module built by `make edge-wasm` (build/relay.wasm).
 	WASM []byte
-	// CacheDir holds wazero's compilation cache; empty means CacheDir().
+	// CacheDir holds wazero's compilation cache, one subdirectory per module; empty means
+	// CacheDir(). NewHost removes the subdirectories of modules unused for CacheTTL.
 	CacheDir string
 	// Pool is the number of module instances, i.e. of requests handled at once.
 	Pool int
@@ -55,7 +56,10 @@ type HostConfig struct {
 }
 
 // CacheDir returns the default compilation cache directory: edgehook/wazero under the user cache
-// directory, or under the temporary directory when there is none.
+// directory ($XDG_CACHE_HOME or ~/.cache on Linux), or under the temporary directory when there is
+// none. Each module's compiled code (~15 MB) has its own subdirectory there, named by the module's
+// SHA-256 and marked used by each host that starts with it; a host starting removes those of other
+// modules unused for CacheTTL (see pruneCache).
 func CacheDir() string {
 	base, err := os.UserCacheDir()
 	if err != nil {
@@ -121,9 +125,23 @@ func NewHost(ctx context.Context, cfg HostConfig) (*Host, error) {
 	if _, err := relay.New(cfg.Relay, cfg.Deps); err != nil { // the same checks the guest makes
 		return nil, err
 	}
-	dir := cfg.CacheDir
-	if dir == "" {
-		dir = CacheDir()
+	wasm := cfg.WASM
+	if !cfg.Uninterruptible {
+		if wasm, err = fuel.Instrument(wasm, abi.ImportModule, refuelFunc); err != nil {
+			return nil, err
+		}
+	}
+	root := cfg.CacheDir
+	if root == "" {
+		root = CacheDir()
+	}
+	now := time.Now()
+	dir, err := moduleCache(root, wasm, now)
+	if err != nil {
+		return nil, fmt.Errorf("compilation cache %s: %w", root, err)
+	}
+	if n := pruneCache(root, filepath.Base(dir), now); n > 0 {
+		cfg.Logger.Info("compilation cache: removed the code of modules unused for a while", "dir", root, "modules", n, "unused_for", CacheTTL)
 	}
 	cache, err := wazero.NewCompilationCacheWithDir(dir)
 	if err != nil {
@@ -134,12 +152,6 @@ func NewHost(ctx context.Context, cfg HostConfig) (*Host, error) {
 		free: make(chan struct{}, cfg.Pool),
 		// No CloseOnContextDone: its checks are replaced by the fuel's (see Uninterruptible).
 		rt: wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(cache)),
-	}
-	wasm := cfg.WASM
-	if !cfg.Uninterruptible {
-		if wasm, err = fuel.Instrument(wasm, abi.ImportModule, refuelFunc); err != nil {
-			return nil, err
-		}
 	}
 	if err := h.start(ctx, wasm, env); err != nil {
 		_ = h.Close(ctx)

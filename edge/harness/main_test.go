@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -28,8 +29,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	// The user's cache, shared across runs and checkouts (the module is built with -trimpath).
-	cacheDir = harness.CacheDir()
+	// The checkout's build/ (ignored by git), not the user's cache: shared across runs, so only a
+	// changed module is compiled again, and pruned as any cache is (harness.CacheTTL).
+	if cacheDir, err = filepath.Abs(filepath.Join("..", "..", "build", "wazero-cache")); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	wasmPath, err = harnesstest.BuildWASM(tmpDir, harnesstest.HostMACTag)
 	code := 1
 	if err != nil {

@@ -46,7 +46,7 @@ type Config struct {
 	Pool int
 	// CallTimeout bounds one request inside the module.
 	CallTimeout time.Duration
-	// CacheDir holds the compilation cache; empty means CacheDir().
+	// CacheDir holds the compilation cache; empty means CacheDir(). See HostConfig.CacheDir.
 	CacheDir string
 	// Uninterruptible trades the interruption of a guest stuck in its own code for speed; see
 	// HostConfig.Uninterruptible.

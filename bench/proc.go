@@ -34,6 +34,8 @@ func startProc(dir, name, bin string, stdout *bytes.Buffer, args ...string) (*pr
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
+	// The local edge's wazero compilation cache goes under build/ (gitignored), not the user's home.
+	cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+filepath.Join(dir, "cache"))
 	cmd.Stderr = logFile
 	if stdout != nil {
 		cmd.Stdout = stdout

@@ -33,6 +33,9 @@ import (
 // Built once in TestMain.
 var edgehookBin, wasmPath string
 
+// cacheHome is the XDG_CACHE_HOME of the edgehook processes (see edgehook).
+var cacheHome string
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "edgehook-e2e-")
 	if err != nil {
@@ -59,6 +62,9 @@ func TestMain(m *testing.M) {
 // bin/edgehook, just built). The flags are those of `make build`, so both share go's build cache.
 func build(dir string) error {
 	var err error
+	if cacheHome, err = filepath.Abs("../../build/cache"); err != nil {
+		return err
+	}
 	if wasmPath, err = harnesstest.BuildWASM(dir, harnesstest.HostMACTag); err != nil {
 		return err
 	}
@@ -291,7 +297,7 @@ func emit(t *testing.T, api string) {
 // video.trending to the legacy sample. Then a subscriber added through the API while dev runs
 // must reach the local edge and get its event.
 func TestDev(t *testing.T) {
-	cmd := exec.Command(edgehookBin, "--db", filepath.Join(t.TempDir(), "dev.db"), "--log-level", "warn",
+	cmd := edgehook("--db", filepath.Join(t.TempDir(), "dev.db"), "--log-level", "warn",
 		"dev", "--listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0", "--wasm", wasmPath)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -29,7 +30,7 @@ const tailLines = 40
 // "addr" attribute. The process is stopped with SIGTERM when the test ends.
 func start(t *testing.T, name, ready string, args ...string) (*process, string) {
 	t.Helper()
-	cmd := exec.Command(edgehookBin, append([]string{"--log-format", "json"}, args...)...)
+	cmd := edgehook(append([]string{"--log-format", "json"}, args...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -103,10 +104,19 @@ func (p *process) stop(t *testing.T) {
 	}
 }
 
+// edgehook is a command of the binary under test. Its wazero compilation cache goes under the
+// checkout's build directory (gitignored), not the user's home: every test build of the module is
+// a new entry of about 15 MB. Only edgehook's: Go's build cache lives under the same variable.
+func edgehook(args ...string) *exec.Cmd {
+	cmd := exec.Command(edgehookBin, args...)
+	cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+cacheHome)
+	return cmd
+}
+
 // run runs a short edgehook command and returns its standard output.
 func run(t *testing.T, args ...string) []byte {
 	t.Helper()
-	out, err := exec.Command(edgehookBin, args...).Output()
+	out, err := edgehook(args...).Output()
 	if err != nil {
 		msg := err.Error()
 		if ee, ok := err.(*exec.ExitError); ok {

@@ -9,9 +9,20 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 )
+
+// The engine and the API allocate a little per delivery and per request, and on a small box the
+// collector competes with the sends and the one SQLite writer for the same cores: twice the
+// default heap growth drained about a third more deliveries per second (9 alternated end-to-end
+// pairs, each won by 200), for a heap of up to 3× the live data instead of 2×. GOGC, when set, wins.
+func init() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(200)
+	}
+}
 
 func main() {
 	// SIGINT and SIGTERM cancel the context: serve and drain stop claiming, finish or release what

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -599,5 +600,16 @@ func TestServeDeliversAndStopsOnSIGTERM(t *testing.T) {
 	}
 	if !strings.Contains(logs, `"msg":"stopped"`) || strings.Contains(logs, "whsec_") || strings.Contains(logs, "t0ken") {
 		t.Fatalf("serve log must end with stopped and hold no secret or token:\n%s", logs)
+	}
+}
+
+// TestGCPercent checks the binary's collector setting: 200 by default, GOGC's value when set.
+func TestGCPercent(t *testing.T) {
+	if os.Getenv("GOGC") != "" {
+		t.Skip("GOGC is set: the runtime's parsing of it applies, not edgehook's default")
+	}
+	got := debug.SetGCPercent(200)
+	if got != 200 {
+		t.Errorf("GC percent = %d, want 200", got)
 	}
 }

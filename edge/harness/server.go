@@ -48,9 +48,6 @@ type Config struct {
 	CallTimeout time.Duration
 	// CacheDir holds the compilation cache; empty means CacheDir(). See HostConfig.CacheDir.
 	CacheDir string
-	// Uninterruptible trades the interruption of a guest stuck in its own code for speed; see
-	// HostConfig.Uninterruptible.
-	Uninterruptible bool
 }
 
 func (c *Config) setDefaults() {
@@ -96,7 +93,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	s.host, err = NewHost(ctx, HostConfig{
 		WASM: wasm, CacheDir: cfg.CacheDir, Pool: cfg.Pool, CallTimeout: cfg.CallTimeout, Relay: cfg.Relay,
 		Deps:   relay.Deps{Subscribers: s.subscribers, Dedup: s.dedup, Upstream: NewUpstream(), Clock: clock},
-		Logger: log, Uninterruptible: cfg.Uninterruptible,
+		Logger: log,
 	})
 	if err != nil {
 		return nil, err

@@ -18,7 +18,6 @@ type edgeLocalFlags struct {
 	tolerance, dedupTTL      time.Duration
 	maxBody                  config.ByteSize
 	instances                int
-	uninterruptible          bool
 }
 
 func (f *edgeLocalFlags) register(cmd *cobra.Command) {
@@ -32,7 +31,6 @@ func (f *edgeLocalFlags) register(cmd *cobra.Command) {
 	f.maxBody = relay.DefaultMaxBody
 	fs.Var(&f.maxBody, "max-body", "largest request body the edge accepts")
 	fs.IntVar(&f.instances, "instances", harness.DefaultPool, "module instances, i.e. requests relayed at once")
-	fs.BoolVar(&f.uninterruptible, "uninterruptible", false, "skip the fuel checks that stop a relay module spinning past its deadline (saves about 1 µs of a 1 KB request): such a call then ends only at its next host call, never inside a loop of its own")
 	config.Mark(fs, "edge-secret")
 }
 
@@ -56,7 +54,7 @@ func (f *edgeLocalFlags) harnessConfig() (harness.Config, error) {
 	case f.instances < 1:
 		return harness.Config{}, usagef("--instances: %d; at least 1 is required", f.instances)
 	}
-	return harness.Config{Listen: f.listen, KVFile: f.kv, WASMPath: f.wasm, Relay: rc, Pool: f.instances, Uninterruptible: f.uninterruptible}, nil
+	return harness.Config{Listen: f.listen, KVFile: f.kv, WASMPath: f.wasm, Relay: rc, Pool: f.instances}, nil
 }
 
 func init() {

@@ -295,6 +295,63 @@ func TestSettleAndClaimTakesAReleasedDeliveryAgain(t *testing.T) {
 	}
 }
 
+// TestStatsCountsTheLastMinutesDeliveries: Stats' delivered in the last minute counts settles by
+// second and subscriber; old seconds are trimmed by a later settle, and go with their subscriber.
+func TestStatsCountsTheLastMinutesDeliveries(t *testing.T) {
+	t.Parallel()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	mustSub(t, s, SubscriberInput{ID: "b"})
+	emitN(t, s, "x", 5)
+	deliver := func(n int) {
+		t.Helper()
+		var items []Settlement
+		seen := map[string]int{}
+		for _, c := range claim(t, s, clk.Now(), n).Deliveries {
+			r := ResultDelivered
+			if seen[c.Subscriber.ID]++; c.Subscriber.ID == "b" && seen["b"] == 2 {
+				r = ResultDead // not counted
+			}
+			items = append(items, done(c, r))
+		}
+		settle(t, s, clk.Now(), items...)
+	}
+	last := func(at time.Time) map[string]int64 {
+		t.Helper()
+		st, err := s.Stats(context.Background(), at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]int64{}
+		for _, ss := range st.Subscribers {
+			m[ss.SubscriberID] = ss.DeliveredLast
+		}
+		return m
+	}
+	deliver(4) // two of a delivered, of b one delivered and one dead
+	clk.Advance(30 * time.Second)
+	deliver(2) // one of each
+	if got := last(clk.Now()); got["a"] != 3 || got["b"] != 2 {
+		t.Fatalf("delivered in the last minute %v, want a:3 b:2", got)
+	}
+	if got := last(clk.Now().Add(45 * time.Second)); got["a"] != 1 || got["b"] != 1 {
+		t.Fatalf("45 s later: %v, want only the second settle's a:1 b:1", got)
+	}
+	clk.Advance(3 * time.Minute)
+	deliver(2)
+	var old, rows int
+	if err := s.r.QueryRow(`SELECT count(*) FILTER (WHERE second < ?), count(*) FROM delivered_by_second`, clk.Now().Unix()-deliveredKeep).Scan(&old, &rows); err != nil || old != 0 {
+		t.Fatalf("%d seconds older than the kept %d s left after a settle (%v)", old, deliveredKeep, err)
+	}
+	if err := s.DeleteSubscriber(context.Background(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := s.r.QueryRow(`SELECT count(*) FROM delivered_by_second WHERE subscriber_id = 'a'`).Scan(&left); err != nil || rows == 0 || left != 0 {
+		t.Fatalf("a deleted subscriber keeps %d seconds of %d (%v)", left, rows, err)
+	}
+}
+
 func TestCircuitBreaker(t *testing.T) {
 	t.Parallel()
 	s, clk := open(t, Options{})

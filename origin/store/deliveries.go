@@ -63,14 +63,18 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (DeliveryP
 		if !f.Status.valid() {
 			return DeliveryPage{}, fieldErrf("status", "%q is not a delivery status", f.Status)
 		}
-		add("d.status = ?", string(f.Status))
 		// The indexes' conditions, literally, so the planner may use them (see settledSQL).
 		switch f.Status {
 		case StatusPending:
+			add("d.status = ?", string(f.Status))
 		case StatusLeased:
-			where = append(where, "d.status = 'leased'")
-		default:
-			where = append(where, settledSQL) // status is only d's
+			add("d.status = 'leased' AND d.status = ?", string(f.Status))
+		case StatusDelivered:
+			// Most deliveries are delivered: newest first, the table itself finds a page of them
+			// soonest. Through deliveries_status_settled every delivered row would be sorted.
+			add("+d.status = ?", string(f.Status))
+		default: // status is only d's
+			add("d.status = ? AND "+subSettledSQL, string(f.Status))
 		}
 	}
 	if f.SubscriberID != "" {
@@ -229,15 +233,18 @@ func (s *Store) ReplayDead(ctx context.Context, subscriberID string, from, to, n
 	return n, err
 }
 
-// settledSQL is the condition of the settled indexes, deliveries_status_settled and
-// deliveries_sub_settled (migration 0005): neither pending nor leased. The queries that use them
-// repeat it literally (after status): the planner does not infer it from status = 'dead' or an
-// IN list.
+// settledSQL is the condition of deliveries_status_settled (migration 0005): neither pending nor
+// leased. The queries that use it repeat it literally (after status): the planner does not infer
+// it from status = 'dead' or an IN list.
 const settledSQL = `status <> 'pending' AND status <> 'leased'`
+
+// subSettledSQL is the condition of deliveries_sub_settled (migration 0006), repeated likewise:
+// settled and not delivered. It implies settledSQL.
+const subSettledSQL = settledSQL + ` AND status <> 'delivered'`
 
 // diedBetweenSQL selects the dead deliveries of subscriber ?2 last changed in [?3, ?4), through
 // deliveries_sub_settled.
-const diedBetweenSQL = `subscriber_id = ?2 AND status = 'dead' AND ` + settledSQL + ` AND updated_at >= ?3 AND updated_at < ?4`
+const diedBetweenSQL = `subscriber_id = ?2 AND status = 'dead' AND ` + subSettledSQL + ` AND updated_at >= ?3 AND updated_at < ?4`
 
 // Stats returns the queue by subscriber (ordered by id) at now.
 func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
@@ -245,9 +252,8 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
 	nowMS := ms(now)
 	rows, err := s.r.QueryContext(ctx, `SELECT s.id, s.state, coalesce(l.paused_until, 0), coalesce(l.circuit, 'closed'), coalesce(l.circuit_until, 0),
 			coalesce((SELECT min(next_attempt_at) FROM deliveries INDEXED BY deliveries_due_first WHERE subscriber_id = s.id AND status = 'pending' AND attempts = 0), 0),
-			coalesce((SELECT min(next_attempt_at) FROM deliveries INDEXED BY deliveries_due_retry WHERE subscriber_id = s.id AND status = 'pending' AND attempts > 0), 0),
-			(SELECT count(*) FROM deliveries WHERE subscriber_id = s.id AND status = 'delivered' AND `+settledSQL+` AND updated_at >= ?)
-		FROM subscribers s LEFT JOIN limiter l ON l.subscriber_id = s.id ORDER BY s.id`, nowMS-time.Minute.Milliseconds())
+			coalesce((SELECT min(next_attempt_at) FROM deliveries INDEXED BY deliveries_due_retry WHERE subscriber_id = s.id AND status = 'pending' AND attempts > 0), 0)
+		FROM subscribers s LEFT JOIN limiter l ON l.subscriber_id = s.id ORDER BY s.id`)
 	if err != nil {
 		return Stats{}, err
 	}
@@ -256,7 +262,7 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
 		var ss SubscriberStats
 		var state, circuit string
 		var paused, circuitUntil, first, retry int64
-		if err := rows.Scan(&ss.SubscriberID, &state, &paused, &circuit, &circuitUntil, &first, &retry, &ss.DeliveredLast); err != nil {
+		if err := rows.Scan(&ss.SubscriberID, &state, &paused, &circuit, &circuitUntil, &first, &retry); err != nil {
 			rows.Close()
 			return Stats{}, err
 		}
@@ -280,6 +286,27 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
 	}
 	for i := range st.Subscribers {
 		byID[st.Subscribers[i].SubscriberID] = &st.Subscribers[i]
+	}
+	// The last minute in whole seconds of settling: the second it began in counts whole.
+	rows, err = s.r.QueryContext(ctx, `SELECT subscriber_id, sum(n) FROM delivered_by_second WHERE second >= ? GROUP BY subscriber_id`,
+		(nowMS-time.Minute.Milliseconds())/1000)
+	if err != nil {
+		return Stats{}, err
+	}
+	for rows.Next() {
+		var id string
+		var n int64
+		if err := rows.Scan(&id, &n); err != nil {
+			rows.Close()
+			return Stats{}, err
+		}
+		if ss := byID[id]; ss != nil {
+			ss.DeliveredLast = n
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return Stats{}, err
 	}
 	rows, err = s.r.QueryContext(ctx, `SELECT subscriber_id, status, n FROM queue_counts WHERE n > 0`)
 	if err != nil {

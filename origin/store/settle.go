@@ -138,9 +138,16 @@ func newSettleRows(items []Settlement) ([]settleRow, error) {
 // settleTx applies a checked batch in tx and returns how many settlements were stale. It adds the
 // moves out of leased to moves, for the caller to write.
 func (s *Store) settleTx(ctx context.Context, tx *sql.Tx, now time.Time, policy CircuitPolicy, items []Settlement, rows []settleRow, moves countDeltas) (int, error) {
-	attempts, err := s.settleDeliveries(ctx, tx, rows, ms(now), moves)
+	settled := countDeltas{}
+	attempts, err := s.settleDeliveries(ctx, tx, rows, ms(now), settled)
 	if err != nil {
 		return 0, fmt.Errorf("settle: %w", err)
+	}
+	if err := s.countDelivered(ctx, tx, settled, ms(now)); err != nil {
+		return 0, fmt.Errorf("settle: %w", err)
+	}
+	for k, n := range settled {
+		moves[k] += n
 	}
 	if err := s.logAttempts(ctx, tx, items, attempts); err != nil {
 		return 0, fmt.Errorf("settle: attempts: %w", err)
@@ -227,6 +234,43 @@ func (s *Store) settleDeliveries(ctx context.Context, tx *sql.Tx, batch []settle
 		return rows.Err()
 	})
 	return out, err
+}
+
+// deliveredKeep is how many seconds delivered_by_second keeps: Stats reads the last minute.
+const deliveredKeep = 120
+
+// countDelivered adds the deliveries a settle delivered to delivered_by_second, by subscriber in
+// the second of now, and about once a minute deletes the seconds older than deliveredKeep.
+func (s *Store) countDelivered(ctx context.Context, tx *sql.Tx, settled countDeltas, now int64) error {
+	type row struct {
+		Sub string `json:"s"`
+		N   int64  `json:"n"`
+	}
+	var list []row
+	for k, n := range settled {
+		if k[1] == string(StatusDelivered) && n > 0 {
+			list = append(list, row{k[0], n})
+		}
+	}
+	if len(list) == 0 {
+		return nil
+	}
+	sec := now / 1000
+	if last := s.trimmedAt.Load(); sec-last >= 60 || sec < last {
+		if _, err := s.exec(ctx, tx, `DELETE FROM delivered_by_second WHERE second < ?`, sec-deliveredKeep); err != nil {
+			return err
+		}
+		s.trimmedAt.Store(sec) // if the transaction fails, the next trim is a minute late: harmless
+	}
+	data, err := json.Marshal(list)
+	if err != nil {
+		return err
+	}
+	// WHERE true: see countDeltas.write.
+	_, err = s.exec(ctx, tx, `INSERT INTO delivered_by_second(second, subscriber_id, n)
+		SELECT ?1, value->>'s', value->>'n' FROM jsonb_each(?2) WHERE true
+		ON CONFLICT(second, subscriber_id) DO UPDATE SET n = n + excluded.n`, sec, string(data))
+	return err
 }
 
 // settleSQL settles a chunk of rowChunks rows: parameters now, then each settleRow's fields.

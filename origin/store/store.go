@@ -153,6 +153,7 @@ type Store struct {
 
 	counters  Counters
 	rescuedAt atomic.Int64 // claim time (unix ms) of the last look for expired leases
+	trimmedAt atomic.Int64 // settle time (unix s) of the last trim of delivered_by_second
 	commits   atomic.Int64 // group-commit transactions, for tests
 	enqueued  atomic.Int64 // emit requests handed to the committer, for tests
 }

@@ -666,13 +666,14 @@ func TestQueueFull(t *testing.T) {
 	}
 }
 
-// TestMigrateKeepsTheQueue upgrades databases of version 2 (counted by its insert trigger) and 4
-// (the settled indexes still holding leased rows, no deliveries_leased) holding deliveries in every
-// status, and checks that every row keeps its status and that the counts, listing, claiming,
-// emitting, disabling, trimming and the rescue of an expired lease go on from there.
+// TestMigrateKeepsTheQueue upgrades databases of version 2 (counted by its insert trigger), 4 (the
+// settled indexes still holding leased rows, no deliveries_leased) and 5 (no delivered_by_second)
+// holding deliveries in every status, and checks that every row keeps its status and that the
+// counts, the last minute's deliveries, listing, claiming, emitting, disabling, trimming and the
+// rescue of an expired lease go on from there.
 func TestMigrateKeepsTheQueue(t *testing.T) {
 	t.Parallel()
-	for _, version := range []int{2, 4} {
+	for _, version := range []int{2, 4, 5} {
 		t.Run(fmt.Sprintf("from=%d", version), func(t *testing.T) {
 			t.Parallel()
 			migrateKeepsTheQueue(t, version)
@@ -726,6 +727,9 @@ func migrateKeepsTheQueue(t *testing.T, version int) {
 	}
 	if c := counts(t, s, "a"); c[StatusPending] != 3 || c[StatusLeased] != 1 || c[StatusDelivered] != 1 || c[StatusDead] != 1 || c[StatusHeld] != 1 {
 		t.Fatalf("counts after the upgrade: %v", c)
+	}
+	if st, err := s.Stats(ctx, clk.Now()); err != nil || st.Subscribers[0].DeliveredLast != 1 {
+		t.Fatalf("stats after the upgrade: %+v %v, want a's delivery in the last minute", st, err)
 	}
 	for _, st := range []Status{StatusLeased, StatusDelivered, StatusDead, StatusHeld} {
 		if page, err := s.ListDeliveries(ctx, DeliveryFilter{Status: st, SubscriberID: "a"}); err != nil || len(page.Deliveries) != 1 || page.Deliveries[0].Status != st {

@@ -392,7 +392,7 @@ func setStateTx(ctx context.Context, tx *sql.Tx, id string, state State, reason 
 			WHERE seq IN (`+pendingOfSQL+`)`, reason, now, id, -1)
 	case StateActive:
 		if _, err = tx.ExecContext(ctx, `UPDATE deliveries SET status = 'pending', reason = '', next_attempt_at = ?, updated_at = ?
-			WHERE subscriber_id = ? AND status = 'held' AND `+settledSQL, now, now, id); err != nil {
+			WHERE subscriber_id = ? AND status = 'held' AND `+subSettledSQL, now, now, id); err != nil {
 			return err
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE limiter SET paused_until = 0, consecutive_failures = 0, circuit = 'closed',

@@ -9,3 +9,6 @@ func DecodeEventFast(b []byte) (EventRequest, bool) {
 	ok := decodeEventFast(b, &r)
 	return r, ok
 }
+
+// ValidJSON exposes validJSON to the external tests.
+var ValidJSON = validJSON

@@ -5,8 +5,8 @@
 -- a third of the WAL pages the transaction wrote), for one reader only: Stats' count of each
 -- subscriber's deliveries of the last minute. That count is kept instead in delivered_by_second,
 -- one row per second and subscriber that had deliveries, which settling adds to (settle.go) and
--- trims to the last minutes. Listing delivered deliveries goes through deliveries_status_settled.
--- Queries that use deliveries_sub_settled repeat its condition literally (subSettledSQL).
+-- trims to the last minutes. Listing delivered deliveries walks the table, newest first. Queries
+-- that use deliveries_sub_settled repeat its condition literally (subSettledSQL in deliveries.go).
 CREATE TABLE delivered_by_second (
   second        INTEGER NOT NULL, -- unix seconds of the settle
   subscriber_id TEXT NOT NULL,

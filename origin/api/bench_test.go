@@ -111,3 +111,22 @@ func BenchmarkDecodeEvent(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeBatch decodes make bench's batch body: 100 events of 1 KB data.
+func BenchmarkDecodeBatch(b *testing.B) {
+	var body bytes.Buffer
+	body.WriteString(`{"events":[`)
+	for i := range 100 {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		fmt.Fprintf(&body, `{"id":"evt-%d","type":"video.trending","data":{"video_id":"v1","title":"%s"}}`, i, strings.Repeat("x", 1000))
+	}
+	body.WriteString(`]}`)
+	b.SetBytes(int64(body.Len()))
+	for b.Loop() {
+		if r, err := api.DecodeBatch(body.Bytes()); err != nil || len(r.Events) != 100 {
+			b.Fatal(err)
+		}
+	}
+}

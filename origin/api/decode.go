@@ -62,8 +62,15 @@ func decodeOptionalJSON(c echo.Context, v any) error {
 
 // strictUnmarshal decodes exactly one JSON value, rejecting unknown fields and trailing data.
 func strictUnmarshal(body []byte, v any) error {
-	if r, ok := v.(*EventRequest); ok && decodeEventFast(body, r) {
-		return nil
+	switch r := v.(type) {
+	case *EventRequest:
+		if decodeEventFast(body, r) {
+			return nil
+		}
+	case *BatchRequest:
+		if decodeBatchFast(body, r) {
+			return nil
+		}
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()

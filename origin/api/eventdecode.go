@@ -4,24 +4,77 @@ import "encoding/json"
 
 // decodeEventFast decodes the plain shape of a single event — one object with the keys id, type,
 // data and coalesce_key spelled exactly, each at most once, string values without escapes or
-// non-ASCII bytes — in one pass over the body, data validated on the way (validJSON's grammar), instead of
-// encoding/json's three passes and reflection. It reports false, leaving r alone, for anything
-// else, and the caller then decodes with encoding/json: every input it accepts decodes there to
-// the same EventRequest, and every error still comes from encoding/json (FuzzEventFastPath).
+// non-ASCII bytes — in one pass over the body, data validated on the way (validJSON's grammar),
+// instead of encoding/json's three passes and reflection. It reports false, leaving r alone, for
+// anything else, and the caller then decodes with encoding/json: every input it accepts decodes
+// there to the same EventRequest, and every error still comes from encoding/json
+// (FuzzEventFastPath).
 func decodeEventFast(b []byte, r *EventRequest) bool {
-	var out EventRequest
-	var seen [4]bool
+	out, i, ok := eventObject(b, skipSpace(b, 0))
+	if !ok || skipSpace(b, i) != len(b) {
+		return false
+	}
+	*r = out
+	return true
+}
+
+// decodeBatchFast is decodeEventFast for a batch: {"events":[...]} with that one key, spelled
+// exactly, and at least one event, each in the plain shape. Like decodeEventFast it reports false
+// for anything else, leaving r alone, and encoding/json decides (FuzzBatchFastPath).
+func decodeBatchFast(b []byte, r *BatchRequest) bool {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return false
 	}
+	key, i, ok := plainString(b, skipSpace(b, i+1))
+	if !ok || string(key) != "events" {
+		return false
+	}
+	if i = skipSpace(b, i); i >= len(b) || b[i] != ':' {
+		return false
+	}
+	if i = skipSpace(b, i+1); i >= len(b) || b[i] != '[' {
+		return false
+	}
+	var events []EventRequest
+	for i = skipSpace(b, i+1); ; {
+		var ev EventRequest
+		if ev, i, ok = eventObject(b, i); !ok {
+			return false
+		}
+		events = append(events, ev)
+		if i = skipSpace(b, i); i >= len(b) {
+			return false
+		}
+		if b[i] == ']' {
+			break
+		}
+		if b[i] != ',' {
+			return false
+		}
+		i = skipSpace(b, i+1)
+	}
+	if i = skipSpace(b, i+1); i >= len(b) || b[i] != '}' || skipSpace(b, i+1) != len(b) {
+		return false
+	}
+	r.Events = events
+	return true
+}
+
+// eventObject decodes the plain-shaped event object at b[i] and returns the index after it.
+func eventObject(b []byte, i int) (EventRequest, int, bool) {
+	var out EventRequest
+	var seen [4]bool
+	if i >= len(b) || b[i] != '{' {
+		return out, 0, false
+	}
 	for i = skipSpace(b, i+1); ; {
 		key, j, ok := plainString(b, i)
 		if !ok {
-			return false
+			return out, 0, false
 		}
 		if i = skipSpace(b, j); i >= len(b) || b[i] != ':' {
-			return false
+			return out, 0, false
 		}
 		i = skipSpace(b, i+1)
 		var field *string
@@ -36,40 +89,36 @@ func decodeEventFast(b []byte, r *EventRequest) bool {
 		case "data":
 			n = 3
 		default:
-			return false
+			return out, 0, false
 		}
 		if seen[n] {
-			return false // encoding/json lets the last one win; leave that to it
+			return out, 0, false // encoding/json lets the last one win; leave that to it
 		}
 		seen[n] = true
 		if field != nil {
 			v, j, ok := plainString(b, i)
 			if !ok {
-				return false
+				return out, 0, false
 			}
 			*field, i = string(v), j
 		} else {
 			j, ok := jsonValue(b, i, 0)
 			if !ok {
-				return false
+				return out, 0, false
 			}
 			out.Data, i = append(json.RawMessage(nil), b[i:j]...), j
 		}
 		if i = skipSpace(b, i); i >= len(b) {
-			return false
+			return out, 0, false
 		}
 		switch b[i] {
 		case ',':
 			i = skipSpace(b, i+1)
-			continue
 		case '}':
-			if skipSpace(b, i+1) != len(b) {
-				return false
-			}
-			*r = out
-			return true
+			return out, i + 1, true
+		default:
+			return out, 0, false
 		}
-		return false
 	}
 }
 

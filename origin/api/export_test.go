@@ -12,3 +12,17 @@ func DecodeEventFast(b []byte) (EventRequest, bool) {
 
 // ValidJSON exposes validJSON to the external tests.
 var ValidJSON = validJSON
+
+// DecodeBatch decodes a POST /v1/events/batch body as the handler does.
+func DecodeBatch(b []byte) (BatchRequest, error) {
+	var r BatchRequest
+	err := strictUnmarshal(b, &r)
+	return r, err
+}
+
+// DecodeBatchFast exposes decodeBatchFast to the external tests.
+func DecodeBatchFast(b []byte) (BatchRequest, bool) {
+	var r BatchRequest
+	ok := decodeBatchFast(b, &r)
+	return r, ok
+}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -142,12 +143,18 @@ func FuzzEventFastPath(f *testing.F) {
 			f.Fatalf("the fast path declined %q", s)
 		}
 	}
+	fuzzAgainstJSON(f, api.DecodeEventFast, sameEvent)
+}
+
+// fuzzAgainstJSON fuzzes a fast decoder: whatever it accepts, encoding/json (strict, as the API's
+// fallback decodes) must accept too and decode to the same value.
+func fuzzAgainstJSON[T any](f *testing.F, fast func([]byte) (T, bool), same func(a, b T) bool) {
 	f.Fuzz(func(t *testing.T, b []byte) {
-		fast, ok := api.DecodeEventFast(b)
+		got, ok := fast(b)
 		if !ok {
 			return
 		}
-		var want api.EventRequest
+		var want T
 		dec := json.NewDecoder(bytes.NewReader(b))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&want); err != nil {
@@ -156,10 +163,14 @@ func FuzzEventFastPath(f *testing.F) {
 		if _, err := dec.Token(); err != io.EOF {
 			t.Fatalf("fast path accepted %q, which has data after the value", b)
 		}
-		if fast.ID != want.ID || fast.Type != want.Type || fast.CoalesceKey != want.CoalesceKey || !bytes.Equal(fast.Data, want.Data) {
-			t.Fatalf("%q: fast path decoded %+v, encoding/json %+v", b, fast, want)
+		if !same(got, want) {
+			t.Fatalf("%q: fast path decoded %+v, encoding/json %+v", b, got, want)
 		}
 	})
+}
+
+func sameEvent(a, b api.EventRequest) bool {
+	return a.ID == b.ID && a.Type == b.Type && a.CoalesceKey == b.CoalesceKey && bytes.Equal(a.Data, b.Data)
 }
 
 // FuzzValidJSON pins validJSON, the fast path's validation of data, to json.Valid.
@@ -182,5 +193,25 @@ func FuzzValidJSON(f *testing.F) {
 		if got, want := api.ValidJSON(b), json.Valid(b); got != want {
 			t.Fatalf("validJSON(%q) = %v, json.Valid says %v", b, got, want)
 		}
+	})
+}
+
+// FuzzBatchFastPath checks the batch fast decoder against encoding/json as FuzzEventFastPath does
+// the single event's.
+func FuzzBatchFastPath(f *testing.F) {
+	for _, s := range []string{
+		`{"events":[{"id":"e1","type":"a.b","data":{"k":[1,"}"]}},{"type":"c","data":null,"coalesce_key":"k"}]}`,
+		` { "events" : [ { "type" : "a" , "data" : 1 } ] } `, `{"events":[]}`, `{"events":null}`, `{"events":[{}]}`,
+		`{"events":[{"type":"a","data":1}],"events":[]}`, `{"Events":[{"type":"a","data":1}]}`, `{"events":[{"type":"a","data":1},]}`,
+		`{"events":[{"type":"a","data":1}]} x`, `{"events":[{"type":"a","data":1}}`, `{"events":[1]}`, `{}`, `[]`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	// The usual shape must take the fast path, or this test compares nothing.
+	if _, ok := api.DecodeBatchFast([]byte(`{"events":[{"id":"e1","type":"a","data":{}},{"type":"b","data":[1]}]}`)); !ok {
+		f.Fatal("the fast path declined a plain batch")
+	}
+	fuzzAgainstJSON(f, api.DecodeBatchFast, func(a, b api.BatchRequest) bool {
+		return slices.EqualFunc(a.Events, b.Events, sameEvent)
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"time"
+	"unsafe"
 
 	"github.com/edgehook/edgehook/edge/relay"
 )
@@ -37,8 +38,11 @@ func EncodeRequest(dst []byte, r *relay.Request) []byte {
 	return append(dst, r.Body...)
 }
 
-// DecodeRequest decodes a request into dst, reusing dst.Header's array. The method and the
-// header fields are substrings of one new string; Body aliases b.
+// DecodeRequest decodes a request into dst, reusing dst.Header's array. Nothing is copied: the
+// method, the header fields and Body all alias b, which the caller must leave unmodified while it
+// uses the request (the guest handles a request before the host writes the next into its buffer,
+// and the relay keeps nothing of a request). A copy of the text was the guest's one allocation
+// in decoding a request.
 func DecodeRequest(dst *relay.Request, b []byte) error {
 	if len(b) < 16 {
 		return fmt.Errorf("%w: request", ErrShort)
@@ -50,7 +54,7 @@ func DecodeRequest(dst *relay.Request, b []byte) error {
 		return fmt.Errorf("%w: request", ErrShort)
 	}
 	rest := lengths[8*n:]
-	text := string(rest[:textLen])
+	text := unsafe.String(unsafe.SliceData(rest), textLen)
 	h := dst.Header[:0]
 	off := methodLen
 	for i := range n {

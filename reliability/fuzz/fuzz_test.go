@@ -149,9 +149,10 @@ func FuzzABIDecode(f *testing.F) {
 	f.Add(abi.EncodeUpstreamResponse(nil, &relay.UpstreamResponse{Status: 503, Header: relay.Header{{Name: "retry-after", Value: "1"}}}))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if r, err := abi.DecodeRequest(b); err == nil {
-			again, err := abi.DecodeRequest(abi.EncodeRequest(nil, r))
-			roundTrip(t, r, again, err)
+		var r, again relay.Request
+		if err := abi.DecodeRequest(&r, b); err == nil {
+			err := abi.DecodeRequest(&again, abi.EncodeRequest(nil, &r))
+			roundTrip(t, &r, &again, err)
 		}
 		if r, err := abi.DecodeResponse(b); err == nil {
 			again, err := abi.DecodeResponse(abi.EncodeResponse(nil, r))
@@ -161,9 +162,10 @@ func FuzzABIDecode(f *testing.F) {
 			again, err := abi.DecodeUpstreamRequest(abi.EncodeUpstreamRequest(nil, r))
 			roundTrip(t, r, again, err)
 		}
-		if r, err := abi.DecodeUpstreamResponse(b); err == nil {
-			again, err := abi.DecodeUpstreamResponse(abi.EncodeUpstreamResponse(nil, r))
-			roundTrip(t, r, again, err)
+		var u, uAgain relay.UpstreamResponse
+		if err := abi.DecodeUpstreamResponse(&u, b); err == nil {
+			err := abi.DecodeUpstreamResponse(&uAgain, abi.EncodeUpstreamResponse(nil, &u))
+			roundTrip(t, &u, &uAgain, err)
 		}
 	})
 }

@@ -29,7 +29,9 @@ const ImportModule = "edgehook"
 const (
 	// KVGetAllFunc(iovPtr, count u32) → u64 Result: performs count KV reads in one call (a
 	// request's reads, relay.Deps.ReadAll) and answers CodeOK with their results (see
-	// AppendKVResult). The iov array holds count (ns, keyPtr, keyLen u32) triples.
+	// AppendKVResult), or CodeSame when those are byte for byte its last answer to this instance
+	// (the guest keeps that one: nothing to take). The iov array holds count (ns, keyPtr, keyLen
+	// u32) triples.
 	KVGetAllFunc = "kv_get_all"
 	// KVPutFunc(ns, keyPtr, keyLen, valPtr, valLen u32, ttlSeconds i64) → u64 Result: CodeOK, or
 	// CodeError with a message.
@@ -68,6 +70,8 @@ const (
 	CodeNotFound uint32 = 1
 	CodeError    uint32 = 2
 	CodeTimeout  uint32 = 3
+	// CodeSame says the answer is the function's previous answer again, which the guest kept.
+	CodeSame uint32 = 4
 )
 
 // Result packs a result code and the length of the bytes waiting for TakeFunc.

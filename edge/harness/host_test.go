@@ -293,3 +293,36 @@ func TestHostReusesTheLastInstance(t *testing.T) {
 		}
 	}
 }
+
+// The host sends an instance KV results equal to its last ones as abi.CodeSame, and the guest
+// reuses its copy: with one instance, a run of deliveries to one subscriber, then to another,
+// then a duplicate and back, each must still reach (or be answered for) the right subscriber.
+func TestHostKVResultsRepeatedAndChanged(t *testing.T) {
+	url1, received1 := subscriber(t, 204)
+	url2, received2 := subscriber(t, 202)
+	e := newHost(t, harness.NewUpstream(), 1, 10*time.Second)
+	e.addSubscriber(t, "sub_1", url1)
+	e.addSubscriber(t, "sub_2", url2)
+	ctx := context.Background()
+	for i, c := range []struct {
+		delivery, subscriber string
+		status               int
+		outcome              wire.Outcome
+	}{
+		{"del_a", "sub_1", 204, wire.OutcomeForwarded},
+		{"del_b", "sub_1", 204, wire.OutcomeForwarded},
+		{"del_c", "sub_2", 202, wire.OutcomeForwarded},
+		{"del_d", "sub_2", 202, wire.OutcomeForwarded},
+		{"del_d", "sub_2", 200, wire.OutcomeDuplicate},
+		{"del_e", "sub_2", 202, wire.OutcomeForwarded},
+		{"del_f", "sub_1", 204, wire.OutcomeForwarded},
+	} {
+		resp := e.host.Handle(ctx, signedRequest(c.delivery, c.subscriber, []byte(`{}`), time.Now()))
+		if resp.Status != c.status || outcome(resp) != string(c.outcome) {
+			t.Fatalf("request %d (%s to %s): %d %q (%s), want %d %s", i, c.delivery, c.subscriber, resp.Status, outcome(resp), resp.Detail, c.status, c.outcome)
+		}
+	}
+	if n1, n2 := received1.Load(), received2.Load(); n1 != 3 || n2 != 3 {
+		t.Fatalf("subscribers received %d and %d requests, want 3 and 3", n1, n2)
+	}
+}

@@ -14,6 +14,7 @@ type harnessReport struct {
 	Median      map[string]float64 `json:"median_ns_per_request"`
 	Mean        map[string]float64 `json:"ns_per_request"` // the earlier form of the report
 	GeneratedAt string             `json:"generated_at"`
+	Runs        int                `json:"runs"` // processes the times are the median of; 0 in older reports: 1
 }
 
 // perRequest is the report's ns per request by upstream/runtime: medians, or means in the
@@ -100,8 +101,9 @@ func (b *bench) edge(context.Context) section {
 			"in turn serves a batch of %d requests, as `edge local` with its one module does; cold: each request goes to all "+
 			"four runtimes (native and three WASI modules) in turn, so each starts with CPU caches the others filled, which a "+
 			"real `edge local` never does. Floor (BenchmarkHandleFloor, warm): requests the relay rejects at once (405), and "+
-			"a stand-in module that returns a ready 405, the host's round trip alone.",
-			b.cfg.harnessJSON, h.GeneratedAt, warmBatch))
+			"a stand-in module that returns a ready 405, the host's round trip alone. Each time is the median over %d "+
+			"processes: this machine runs a whole process fast or slow (the WASI relay at about 15 or about 24 µs).",
+			b.cfg.harnessJSON, h.GeneratedAt, warmBatch, max(h.Runs, 1)))
 	}
 	var w workerReport
 	switch found, err := readReport(b.cfg.edgeJSON, &w); {

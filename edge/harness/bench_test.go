@@ -418,6 +418,7 @@ func benchRelay(b *testing.B, rt string, deps relay.Deps) harness.Relay {
 type benchReport struct {
 	Benchmark   string             `json:"benchmark"`
 	BodyBytes   int                `json:"body_bytes"`
+	Runs        int                `json:"runs"` // processes whose medians the times are the median of
 	NsPerReq    map[string]float64 `json:"median_ns_per_request"`
 	OverheadNs  map[string]float64 `json:"overhead_ns_vs_native"`
 	TargetNs    float64            `json:"target_overhead_ns"`
@@ -435,6 +436,10 @@ func writeBenchReport(path, baseline string) error {
 	results, guest, stages := collect(&benchResults), collect(&guestCounts), collect(&stageResults)
 	if path == "" || len(results)+len(guest)+len(stages) == 0 {
 		return nil
+	}
+	runs, err := mergeEarlierRuns(results, stages, os.Getenv("EDGEHOOK_BENCH_RUNS"))
+	if err != nil {
+		return err
 	}
 	var before benchReport
 	if baseline != "" {
@@ -456,7 +461,7 @@ func writeBenchReport(path, baseline string) error {
 			}
 		}
 	}
-	report := benchReport{"BenchmarkRelay1KB (edge/harness)", len(benchBody), results, overhead, 20000, guest, stages,
+	report := benchReport{"BenchmarkRelay1KB (edge/harness)", len(benchBody), runs, results, overhead, 20000, guest, stages,
 		runtime.Version(), runtime.NumCPU(), time.Now().UTC().Format(time.RFC3339)}
 	data, err := json.MarshalIndent(report, "", "  ")
 	if err != nil {
@@ -471,6 +476,51 @@ func writeBenchReport(path, baseline string) error {
 	printTable("guest, per request", "count", guest, before.Guest, 1)
 	printTable("1 KB delivery, stage /runtime", "µs", stages, before.Stages, 1e3)
 	return nil
+}
+
+// mergeEarlierRuns replaces each time in results and stages by its median over this process and
+// the earlier runs' reports named in files (space-separated; make bench-harness passes them) and
+// returns the number of runs. This machine runs a whole process fast or slow (the WASI relay at
+// about 15 or about 24 µs, the native core at 2.8 or 3.4), so one process's medians can land on
+// either side of a target; the median of three does not hang on one draw.
+func mergeEarlierRuns(results, stages map[string]float64, files string) (int, error) {
+	runs := 1
+	seen := map[string][]float64{}
+	for _, f := range strings.Fields(files) {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return 0, fmt.Errorf("EDGEHOOK_BENCH_RUNS: %w", err)
+		}
+		var earlier benchReport
+		if err := json.Unmarshal(data, &earlier); err != nil {
+			return 0, fmt.Errorf("EDGEHOOK_BENCH_RUNS %s: %w", f, err)
+		}
+		for k, v := range earlier.NsPerReq {
+			seen["r "+k] = append(seen["r "+k], v)
+		}
+		for k, v := range earlier.Stages {
+			seen["s "+k] = append(seen["s "+k], v)
+		}
+		runs++
+	}
+	for prefix, m := range map[string]map[string]float64{"r ": results, "s ": stages} {
+		for k, v := range m {
+			if earlier := seen[prefix+k]; len(earlier) > 0 {
+				m[k] = medianOf(append(earlier, v))
+			}
+		}
+	}
+	return runs, nil
+}
+
+// medianOf is the median of v (the mean of the middle two for an even count); it sorts v.
+func medianOf(v []float64) float64 {
+	slices.Sort(v)
+	n := len(v)
+	if n%2 == 1 {
+		return v[n/2]
+	}
+	return (v[n/2-1] + v[n/2]) / 2
 }
 
 // collect copies a map of float64s.

@@ -75,8 +75,9 @@ func (r *Relay) Handle(ctx context.Context, req *Request) *Response {
 	}
 	subKey, dedupKey := wire.SubscriberAndDedupKeys(hop.SubscriberID, hop.DeliveryID)
 	markKey := ""
-	// An array on the stack, not a slice literal: read does not let it escape (see there).
-	reads, n := [3]KVRead{{KV: r.deps.Subscribers, Key: subKey}, {KV: r.deps.Dedup, Key: dedupKey}}, 2
+	d := new(delivery)
+	reads, n := &d.reads, 2
+	reads[0], reads[1] = KVRead{KV: r.deps.Subscribers, Key: subKey}, KVRead{KV: r.deps.Dedup, Key: dedupKey}
 	if hop.CoalesceKey != "" { // read now; used only if the record makes this type coalescible
 		markKey = wire.CoalesceKey(hop.SubscriberID, hop.CoalesceKey)
 		reads[2], n = KVRead{KV: r.deps.Dedup, Key: markKey}, 3
@@ -98,7 +99,17 @@ func (r *Relay) Handle(ctx context.Context, req *Request) *Response {
 			return resp
 		}
 	}
-	return r.forward(ctx, req, &hop, rec, dedupKey, coalesceKey)
+	return r.forward(ctx, d, req, &hop, rec, dedupKey, coalesceKey)
+}
+
+// delivery holds what Handle keeps on the heap for one request, in one allocation (each costs in
+// the WASM builds, BenchmarkGuestCalls): the KV reads, which escape to Deps.ReadAll, and the
+// upstream request and the answer, which has at most four headers.
+type delivery struct {
+	reads  [3]KVRead
+	up     UpstreamRequest
+	resp   Response
+	fields [4]Field
 }
 
 // hopText collects the hop headers in one pass over the request's: looking each up would scan the
@@ -156,11 +167,7 @@ func hopField(t *signature.HopText, k string) *string {
 // read performs the reads through Deps.ReadAll, or one after another.
 func (r *Relay) read(ctx context.Context, reads []KVRead) {
 	if r.deps.ReadAll != nil {
-		// ReadAll is a function value the compiler cannot see into, so reads would escape to it
-		// and the caller's array would be heap-allocated in every runtime: hand it a copy.
-		shared := append([]KVRead(nil), reads...)
-		r.deps.ReadAll(ctx, shared)
-		copy(reads, shared)
+		r.deps.ReadAll(ctx, reads)
 		return
 	}
 	for i := range reads {
@@ -210,15 +217,9 @@ func (r *Relay) coalesced(mark *KVRead, window time.Duration) *Response {
 }
 
 // forward sends the delivery to the subscriber and relays its answer.
-func (r *Relay) forward(ctx context.Context, req *Request, hop *signature.Hop, rec *wire.SubscriberRecord, dedupKey, coalesceKey string) *Response {
+func (r *Relay) forward(ctx context.Context, a *delivery, req *Request, hop *signature.Hop, rec *wire.SubscriberRecord, dedupKey, coalesceKey string) *Response {
 	start := r.deps.Clock.Now()
-	// The upstream request, the answer and the answer's headers in one allocation (each costs in
-	// the WASM builds): the answer has at most four headers.
-	a := &struct {
-		up     UpstreamRequest
-		resp   Response
-		fields [4]Field
-	}{up: UpstreamRequest{URL: rec.URL, Header: forwardHeader(req.Header, rec.Headers), Body: req.Body, Timeout: rec.Timeout()}}
+	a.up = UpstreamRequest{URL: rec.URL, Header: forwardHeader(req.Header, rec.Headers), Body: req.Body, Timeout: rec.Timeout()}
 	up, err := r.deps.Upstream.Do(ctx, &a.up)
 	latency := strconv.FormatInt(r.deps.Clock.Now().Sub(start).Milliseconds(), 10)
 	if err != nil {

@@ -2,6 +2,7 @@ package harness_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -380,7 +381,8 @@ func BenchmarkGuestCalls(b *testing.B) {
 	}
 }
 
-func median(d []time.Duration) time.Duration {
+// median is the middle value of d (the upper of the middle two for an even count).
+func median[T cmp.Ordered](d []T) T {
 	s := slices.Clone(d)
 	slices.Sort(s)
 	return s[len(s)/2]
@@ -506,21 +508,11 @@ func mergeEarlierRuns(results, stages map[string]float64, files string) (int, er
 	for prefix, m := range map[string]map[string]float64{"r ": results, "s ": stages} {
 		for k, v := range m {
 			if earlier := seen[prefix+k]; len(earlier) > 0 {
-				m[k] = medianOf(append(earlier, v))
+				m[k] = median(append(earlier, v))
 			}
 		}
 	}
 	return runs, nil
-}
-
-// medianOf is the median of v (the mean of the middle two for an even count); it sorts v.
-func medianOf(v []float64) float64 {
-	slices.Sort(v)
-	n := len(v)
-	if n%2 == 1 {
-		return v[n/2]
-	}
-	return (v[n/2-1] + v[n/2]) / 2
 }
 
 // collect copies a map of float64s.

@@ -513,3 +513,29 @@ func TestEmitResultJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodedDataReachesTheStoreProven: data the fast decoders validated reaches the store with
+// the proof (wire.CheckedJSON), so the store does not validate it again; data encoding/json
+// decoded (here: an escaped key takes the slow path) arrives without one, and the store checks it.
+func TestDecodedDataReachesTheStoreProven(t *testing.T) {
+	t.Parallel()
+	proven := func(r api.EventRequest) bool {
+		in, err := r.Input()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in.BodyChecked.Covers(in.Body)
+	}
+	single, ok := api.DecodeEventFast([]byte(`{"type":"a","data":{"k":[1,"v"]}}`))
+	if !ok || !proven(single) {
+		t.Errorf("fast single event: decoded %v, proven %v; want both", ok, ok && proven(single))
+	}
+	batch, ok := api.DecodeBatchFast([]byte(`{"events":[{"type":"a","data":1},{"type":"b","data":"x"}]}`))
+	if !ok || !proven(batch.Events[0]) || !proven(batch.Events[1]) {
+		t.Errorf("fast batch: decoded %v; want every event proven", ok)
+	}
+	slow, err := api.DecodeBatch([]byte(`{"events":[{"typ\u0065":"a","data":{"k":1}}]}`))
+	if err != nil || proven(slow.Events[0]) {
+		t.Errorf("slow path: %v; want decoded and not proven", err)
+	}
+}

@@ -1,17 +1,17 @@
 package api
 
-import "encoding/json"
+import "github.com/edgehook/edgehook/shared/wire"
 
 // decodeEventFast decodes the plain shape of a single event — one object with the keys id, type,
 // data and coalesce_key spelled exactly, each at most once, string values without escapes or
-// non-ASCII bytes — in one pass over the body, data validated on the way (validJSON's grammar),
+// non-ASCII bytes — in one pass over the body, data validated on the way (wire.CutJSON, whose proof spares the store a second look),
 // instead of encoding/json's three passes and reflection. It reports false, leaving r alone, for
 // anything else, and the caller then decodes with encoding/json: every input it accepts decodes
 // there to the same EventRequest, and every error still comes from encoding/json
 // (FuzzEventFastPath).
 func decodeEventFast(b []byte, r *EventRequest) bool {
-	out, i, ok := eventObject(b, skipSpace(b, 0))
-	if !ok || skipSpace(b, i) != len(b) {
+	out, i, ok := eventObject(b, wire.SkipJSONSpace(b, 0))
+	if !ok || wire.SkipJSONSpace(b, i) != len(b) {
 		return false
 	}
 	*r = out
@@ -22,28 +22,28 @@ func decodeEventFast(b []byte, r *EventRequest) bool {
 // exactly, and at least one event, each in the plain shape. Like decodeEventFast it reports false
 // for anything else, leaving r alone, and encoding/json decides (FuzzBatchFastPath).
 func decodeBatchFast(b []byte, r *BatchRequest) bool {
-	i := skipSpace(b, 0)
+	i := wire.SkipJSONSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return false
 	}
-	key, i, ok := plainString(b, skipSpace(b, i+1))
+	key, i, ok := plainString(b, wire.SkipJSONSpace(b, i+1))
 	if !ok || string(key) != "events" {
 		return false
 	}
-	if i = skipSpace(b, i); i >= len(b) || b[i] != ':' {
+	if i = wire.SkipJSONSpace(b, i); i >= len(b) || b[i] != ':' {
 		return false
 	}
-	if i = skipSpace(b, i+1); i >= len(b) || b[i] != '[' {
+	if i = wire.SkipJSONSpace(b, i+1); i >= len(b) || b[i] != '[' {
 		return false
 	}
 	var events []EventRequest
-	for i = skipSpace(b, i+1); ; {
+	for i = wire.SkipJSONSpace(b, i+1); ; {
 		var ev EventRequest
 		if ev, i, ok = eventObject(b, i); !ok {
 			return false
 		}
 		events = append(events, ev)
-		if i = skipSpace(b, i); i >= len(b) {
+		if i = wire.SkipJSONSpace(b, i); i >= len(b) {
 			return false
 		}
 		if b[i] == ']' {
@@ -52,9 +52,9 @@ func decodeBatchFast(b []byte, r *BatchRequest) bool {
 		if b[i] != ',' {
 			return false
 		}
-		i = skipSpace(b, i+1)
+		i = wire.SkipJSONSpace(b, i+1)
 	}
-	if i = skipSpace(b, i+1); i >= len(b) || b[i] != '}' || skipSpace(b, i+1) != len(b) {
+	if i = wire.SkipJSONSpace(b, i+1); i >= len(b) || b[i] != '}' || wire.SkipJSONSpace(b, i+1) != len(b) {
 		return false
 	}
 	r.Events = events
@@ -68,15 +68,15 @@ func eventObject(b []byte, i int) (EventRequest, int, bool) {
 	if i >= len(b) || b[i] != '{' {
 		return out, 0, false
 	}
-	for i = skipSpace(b, i+1); ; {
+	for i = wire.SkipJSONSpace(b, i+1); ; {
 		key, j, ok := plainString(b, i)
 		if !ok {
 			return out, 0, false
 		}
-		if i = skipSpace(b, j); i >= len(b) || b[i] != ':' {
+		if i = wire.SkipJSONSpace(b, j); i >= len(b) || b[i] != ':' {
 			return out, 0, false
 		}
-		i = skipSpace(b, i+1)
+		i = wire.SkipJSONSpace(b, i+1)
 		var field *string
 		var n int
 		switch string(key) {
@@ -102,32 +102,24 @@ func eventObject(b []byte, i int) (EventRequest, int, bool) {
 			}
 			*field, i = string(v), j
 		} else {
-			j, ok := jsonValue(b, i, 0)
+			v, j, ok := wire.CutJSON(b, i)
 			if !ok {
 				return out, 0, false
 			}
-			out.Data, i = append(json.RawMessage(nil), b[i:j]...), j
+			out.Data, out.checked, i = v.Bytes(), v, j
 		}
-		if i = skipSpace(b, i); i >= len(b) {
+		if i = wire.SkipJSONSpace(b, i); i >= len(b) {
 			return out, 0, false
 		}
 		switch b[i] {
 		case ',':
-			i = skipSpace(b, i+1)
+			i = wire.SkipJSONSpace(b, i+1)
 		case '}':
 			return out, i + 1, true
 		default:
 			return out, 0, false
 		}
 	}
-}
-
-// skipSpace returns the index of the first byte at or after i that is not JSON white space.
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
 }
 
 // plainString reads the JSON string at b[i] if it holds only printable ASCII without escapes:

@@ -1,5 +1,7 @@
 package api
 
+import "github.com/edgehook/edgehook/origin/store"
+
 // EmitResultJSON exposes emitResultJSON to the external tests.
 var EmitResultJSON = emitResultJSON
 
@@ -9,9 +11,6 @@ func DecodeEventFast(b []byte) (EventRequest, bool) {
 	ok := decodeEventFast(b, &r)
 	return r, ok
 }
-
-// ValidJSON exposes validJSON to the external tests.
-var ValidJSON = validJSON
 
 // DecodeBatch decodes a POST /v1/events/batch body as the handler does.
 func DecodeBatch(b []byte) (BatchRequest, error) {
@@ -26,3 +25,6 @@ func DecodeBatchFast(b []byte) (BatchRequest, bool) {
 	ok := decodeBatchFast(b, &r)
 	return r, ok
 }
+
+// Input converts a decoded event for the store as the handlers do.
+func (r *EventRequest) Input() (store.EmitInput, error) { return r.input("") }

@@ -173,29 +173,6 @@ func sameEvent(a, b api.EventRequest) bool {
 	return a.ID == b.ID && a.Type == b.Type && a.CoalesceKey == b.CoalesceKey && bytes.Equal(a.Data, b.Data)
 }
 
-// FuzzValidJSON pins validJSON, the fast path's validation of data, to json.Valid.
-func FuzzValidJSON(f *testing.F) {
-	for _, s := range []string{
-		`{"a":[1,-0.5e+3,2E-2,true,false,null,"x\"\\\/\b\f\n\r\t\u00e9"]}`, ` [ ] `, `{}`, `""`, `0`, `-`, `01`, `1.`, `1e`,
-		`.5`, `+1`, `"\x"`, `"\u00g0"`, "\"\x01\"", `"\xff"`, `[1,]`, `{"a"}`, `{"a":1,}`, `{1:2}`, `tru`, `truex`, `nul`,
-		`[1 2]`, `{"a":1 "b":2}`, `1 `, ` `, ``,
-	} {
-		f.Add([]byte(s))
-	}
-	// encoding/json's nesting limit, checked here: inputs this large would slow the fuzzer down.
-	for _, depth := range []int{10000, 10001} {
-		b := []byte(strings.Repeat("[", depth) + strings.Repeat("]", depth))
-		if got, want := api.ValidJSON(b), json.Valid(b); got != want {
-			f.Fatalf("validJSON at depth %d = %v, json.Valid says %v", depth, got, want)
-		}
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		if got, want := api.ValidJSON(b), json.Valid(b); got != want {
-			t.Fatalf("validJSON(%q) = %v, json.Valid says %v", b, got, want)
-		}
-	})
-}
-
 // FuzzBatchFastPath checks the batch fast decoder against encoding/json as FuzzEventFastPath does
 // the single event's.
 func FuzzBatchFastPath(f *testing.F) {

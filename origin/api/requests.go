@@ -17,6 +17,8 @@ type EventRequest struct {
 	Type        string          `json:"type"`
 	Data        json.RawMessage `json:"data"`
 	CoalesceKey string          `json:"coalesce_key,omitempty"`
+
+	checked wire.CheckedJSON // Data as the fast decoder validated it, handed on to the store
 }
 
 // BatchRequest is POST /v1/events/batch: up to MaxBatch events, written all or none.
@@ -39,7 +41,7 @@ func (r *EventRequest) input(field string) (store.EmitInput, error) {
 	if id == "" {
 		id = NewEventID()
 	}
-	return store.EmitInput{ID: id, Type: r.Type, Body: r.Data, CoalesceKey: r.CoalesceKey}, nil
+	return store.EmitInput{ID: id, Type: r.Type, Body: r.Data, BodyChecked: r.checked, CoalesceKey: r.CoalesceKey}, nil
 }
 
 // NewEventID returns a fresh random event id, "evt_" and 32 hex digits, for events emitted

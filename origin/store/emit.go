@@ -99,7 +99,7 @@ func (s *Store) validateEmit(in *EmitInput, prefix string) error {
 	if !utf8.Valid(in.Body) {
 		return fieldErrf(prefix+"body", "is not valid UTF-8")
 	}
-	if !json.Valid(in.Body) {
+	if !in.BodyChecked.Covers(in.Body) && !wire.ValidJSON(in.Body) {
 		return fieldErrf(prefix+"body", "is not valid JSON")
 	}
 	if err := wire.ValidateCoalesceKey(in.CoalesceKey); err != nil {

@@ -350,6 +350,7 @@ func TestEmitIdempotencyAndConflict(t *testing.T) {
 func TestEmitValidationNamesTheField(t *testing.T) {
 	t.Parallel()
 	s, _ := open(t, Options{MaxBodyBytes: 64})
+	notUTF8 := cutJSON(t, "\"\xff\"")
 	for _, tc := range []struct {
 		in    EmitInput
 		field string
@@ -360,6 +361,9 @@ func TestEmitValidationNamesTheField(t *testing.T) {
 		{EmitInput{ID: "x", Type: "a", Body: []byte(`{`)}, "body"},
 		{EmitInput{ID: "x", Type: "a", Body: []byte(`"` + string(make([]byte, 80)) + `"`)}, "body"},
 		{EmitInput{ID: "x", Type: "a", Body: []byte(`{}`), CoalesceKey: "has space"}, "coalesce_key"},
+		// A proof of validity covers only the bytes it was made of, and not UTF-8.
+		{EmitInput{ID: "x", Type: "a", Body: []byte(`{`), BodyChecked: cutJSON(t, `{}`)}, "body"},
+		{EmitInput{ID: "x", Type: "a", Body: notUTF8.Bytes(), BodyChecked: notUTF8}, "body"},
 	} {
 		if _, err := s.Emit(context.Background(), tc.in); fieldOf(err) != tc.field {
 			t.Errorf("Emit(%+v) = %v, want field %s", tc.in, err, tc.field)
@@ -368,6 +372,26 @@ func TestEmitValidationNamesTheField(t *testing.T) {
 	_, err := s.EmitBatch(context.Background(), []EmitInput{{ID: "ok", Type: "a", Body: []byte(`{}`)}, {ID: "ok2", Type: "", Body: []byte(`{}`)}})
 	if fieldOf(err) != "events[1].type" {
 		t.Fatalf("batch: %v, want events[1].type", err)
+	}
+}
+
+// cutJSON is wire.CutJSON of the whole of s.
+func cutJSON(t *testing.T, s string) wire.CheckedJSON {
+	v, _, ok := wire.CutJSON([]byte(s), 0)
+	if !ok {
+		t.Fatalf("CutJSON(%q) refused it", s)
+	}
+	return v
+}
+
+func TestEmitAcceptsAProvenBody(t *testing.T) {
+	t.Parallel()
+	s, _ := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "s1"})
+	body := cutJSON(t, `{"k":"v"}`)
+	res, err := s.Emit(context.Background(), EmitInput{ID: "p", Type: "a", Body: body.Bytes(), BodyChecked: body})
+	if err != nil || res.Deliveries != 1 {
+		t.Fatalf("Emit of a proven body = %+v, %v; want 1 delivery", res, err)
 	}
 }
 

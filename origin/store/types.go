@@ -208,6 +208,9 @@ type EmitInput struct {
 	Type        string
 	Body        []byte // the exact bytes to deliver; must be JSON
 	CoalesceKey string // optional; overrides the key taken from the payload
+	// BodyChecked optionally proves Body valid JSON (a decoder's wire.CutJSON of exactly these
+	// bytes): the store then does not validate it again. Without it the store validates Body.
+	BodyChecked wire.CheckedJSON
 }
 
 // EmitResult tells what an emit did.

@@ -1,15 +1,41 @@
-package api
+package wire
 
-// maxJSONDepth is encoding/json's nesting limit: json.Valid refuses deeper values, so validJSON does.
+import "bytes"
+
+// maxJSONDepth is encoding/json's nesting limit: json.Valid refuses deeper values, so ValidJSON does.
 const maxJSONDepth = 10000
 
-// validJSON reports what json.Valid(b) reports, about four times faster on string-heavy event
-// data: encoding/json's scanner calls a state function per byte, this reads runs of plain string
-// bytes in a tight loop. Like json.Valid it does not check UTF-8 (the store does). FuzzValidJSON
+// ValidJSON reports what encoding/json's Valid(b) reports, about three times faster on
+// string-heavy event data: encoding/json's scanner calls a state function per byte, this reads
+// runs of plain string bytes in a tight loop. Like json.Valid it does not check UTF-8. FuzzValidJSON
 // pins it to json.Valid.
-func validJSON(b []byte) bool {
-	i, ok := jsonValue(b, skipSpace(b, 0), 0)
-	return ok && skipSpace(b, i) == len(b)
+func ValidJSON(b []byte) bool {
+	i, ok := jsonValue(b, SkipJSONSpace(b, 0), 0)
+	return ok && SkipJSONSpace(b, i) == len(b)
+}
+
+// CheckedJSON is one JSON value that CutJSON validated: a decoder that validates a value on its
+// way can hand the proof on, and the receiver (the store, before it accepts an event body) need
+// not validate the same bytes again. Only CutJSON makes one; the zero CheckedJSON proves nothing.
+type CheckedJSON struct{ b []byte }
+
+// CutJSON validates the JSON value starting at b[i] (no leading space) as ValidJSON would and
+// returns it, copied out of b, with the index after it. ok is false if no valid value starts there.
+func CutJSON(b []byte, i int) (v CheckedJSON, end int, ok bool) {
+	end, ok = jsonValue(b, i, 0)
+	if !ok {
+		return CheckedJSON{}, 0, false
+	}
+	return CheckedJSON{bytes.Clone(b[i:end])}, end, true
+}
+
+// Bytes returns the value: a copy of the bytes validated, which must not be changed.
+func (v CheckedJSON) Bytes() []byte { return v.b }
+
+// Covers reports whether b is exactly the value v validated (the same bytes in memory, not an equal
+// copy), so b is valid JSON without another look.
+func (v CheckedJSON) Covers(b []byte) bool {
+	return len(v.b) > 0 && len(b) == len(v.b) && &b[0] == &v.b[0]
 }
 
 // jsonValue validates the value starting at b[i] (no leading space) and returns the index after it.
@@ -44,7 +70,7 @@ func jsonContainer(b []byte, i, depth int) (int, bool) {
 	if object {
 		end = '}'
 	}
-	i = skipSpace(b, i+1)
+	i = SkipJSONSpace(b, i+1)
 	if i < len(b) && b[i] == end {
 		return i + 1, true
 	}
@@ -57,20 +83,20 @@ func jsonContainer(b []byte, i, depth int) (int, bool) {
 			if i, ok = jsonString(b, i); !ok {
 				return 0, false
 			}
-			if i = skipSpace(b, i); i >= len(b) || b[i] != ':' {
+			if i = SkipJSONSpace(b, i); i >= len(b) || b[i] != ':' {
 				return 0, false
 			}
-			i = skipSpace(b, i+1)
+			i = SkipJSONSpace(b, i+1)
 		}
 		if i, ok = jsonValue(b, i, depth); !ok {
 			return 0, false
 		}
-		if i = skipSpace(b, i); i >= len(b) {
+		if i = SkipJSONSpace(b, i); i >= len(b) {
 			return 0, false
 		}
 		switch b[i] {
 		case ',':
-			i = skipSpace(b, i+1)
+			i = SkipJSONSpace(b, i+1)
 		case end:
 			return i + 1, true
 		default:
@@ -170,4 +196,12 @@ func jsonLiteral(b []byte, i int, lit string) (int, bool) {
 		return 0, false
 	}
 	return i + len(lit), true
+}
+
+// SkipJSONSpace returns the index of the first byte at or after i that is not JSON white space.
+func SkipJSONSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
 }

@@ -132,7 +132,8 @@ type Response struct {
 }
 
 // KV is one key-value namespace. The Worker's KV namespaces, the harness's in-memory store and
-// the tests' fakes implement it.
+// the tests' fakes implement it. The keys and values the relay passes may be memory it reuses for
+// its next request (Relay.HandleWith): an implementation copies what it keeps past a call.
 type KV interface {
 	// Get returns the value stored under key; found is false for a missing or expired key.
 	Get(ctx context.Context, key string) (value string, found bool, err error)
@@ -163,7 +164,8 @@ type UpstreamResponse struct {
 	Body []byte
 }
 
-// Upstream sends one request to a subscriber, enforcing req.Timeout.
+// Upstream sends one request to a subscriber, enforcing req.Timeout. Like KV, it copies what it
+// keeps of req past Do.
 type Upstream interface {
 	// Do returns the subscriber's response, or an error wrapping ErrUpstreamTimeout when the
 	// timeout (or ctx) expired first; any other error means the subscriber could not be reached.

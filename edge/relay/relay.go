@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/edgehook/edgehook/shared/signature"
 	"github.com/edgehook/edgehook/shared/wire"
@@ -47,6 +48,16 @@ func (r *Relay) MaxBody() int64 { return r.cfg.MaxBody }
 // the subscriber, whose status, Retry-After and body excerpt are relayed (504 on its timeout, 502
 // when it cannot be reached). Marks are written only after a 2xx.
 func (r *Relay) Handle(ctx context.Context, req *Request) *Response {
+	return r.HandleWith(ctx, req, new(Scratch))
+}
+
+// HandleWith is Handle working in s, which a runtime that handles one request at a time (the WASI
+// module) reuses for every request: Handle allocates a Scratch per request, and in the WASM builds
+// each allocation costs (BenchmarkGuestCalls). The answer, and the keys, headers and values
+// HandleWith passes to the dependencies, live in s until its next use: the caller must be done
+// with the answer by then, and the dependencies copy what they keep (see KV).
+func (r *Relay) HandleWith(ctx context.Context, req *Request, s *Scratch) *Response {
+	s.text = s.buf[:0]
 	if req.Method != "POST" {
 		resp := Reject(405, wire.ReasonMethod, "method %s is not allowed; the edge accepts only POST", req.Method)
 		resp.Header.Set("Allow", "POST")
@@ -73,10 +84,9 @@ func (r *Relay) Handle(ctx context.Context, req *Request) *Response {
 		}
 		return Reject(401, wire.ReasonBadSignature, "hop signature: %v (is %s the origin's edge secret?)", err, EnvSecret)
 	}
-	subKey, dedupKey := wire.SubscriberAndDedupKeys(hop.SubscriberID, hop.DeliveryID)
+	subKey, dedupKey := s.key(subscriberKeyPrefix, hop.SubscriberID), s.key(dedupKeyPrefix, hop.DeliveryID)
 	markKey := ""
-	d := new(delivery)
-	reads, n := &d.reads, 2
+	reads, n := &s.reads, 2
 	reads[0], reads[1] = KVRead{KV: r.deps.Subscribers, Key: subKey}, KVRead{KV: r.deps.Dedup, Key: dedupKey}
 	if hop.CoalesceKey != "" { // read now; used only if the record makes this type coalescible
 		markKey = wire.CoalesceKey(hop.SubscriberID, hop.CoalesceKey)
@@ -99,18 +109,48 @@ func (r *Relay) Handle(ctx context.Context, req *Request) *Response {
 			return resp
 		}
 	}
-	return r.forward(ctx, d, req, &hop, rec, dedupKey, coalesceKey)
+	return r.forward(ctx, s, req, &hop, rec, dedupKey, coalesceKey)
 }
 
-// delivery holds what Handle keeps on the heap for one request, in one allocation (each costs in
-// the WASM builds, BenchmarkGuestCalls): the KV reads, which escape to Deps.ReadAll, and the
-// upstream request and the answer, which has at most four headers.
-type delivery struct {
+// Scratch is the memory Relay.HandleWith works in for one request. Its zero value is ready to use.
+type Scratch struct {
 	reads  [3]KVRead
 	up     UpstreamRequest
 	resp   Response
-	fields [4]Field
+	fields [4]Field // the answer's headers
+	// header holds the headers forwarded to the subscriber, and text the KV keys and the marks'
+	// value, when they fit (they do for usual requests).
+	header [16]Field
+	text   []byte
+	buf    [320]byte
 }
+
+// key appends prefix and id to sc.text and returns them as one string over that memory.
+func (sc *Scratch) key(prefix, id string) string {
+	start := len(sc.text)
+	sc.text = append(append(sc.text, prefix...), id...)
+	return sc.since(start)
+}
+
+// decimal appends n in decimal to sc.text and returns it as a string over that memory.
+func (sc *Scratch) decimal(n int64) string {
+	start := len(sc.text)
+	sc.text = strconv.AppendInt(sc.text, n, 10)
+	return sc.since(start)
+}
+
+// since returns sc.text from start on as a string over the same memory. Nothing writes there
+// again before the Scratch's next use (an append past the array's end copies).
+func (sc *Scratch) since(start int) string {
+	b := sc.text[start:]
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// The prefixes of wire's KV keys: the key of an empty id is its prefix.
+var (
+	subscriberKeyPrefix = wire.SubscriberKey("")
+	dedupKeyPrefix      = wire.DedupKey("")
+)
 
 // hopText collects the hop headers in one pass over the request's: looking each up would scan the
 // headers seven times (~40 calls per request in the WASM builds, BenchmarkGuestCalls).
@@ -217,9 +257,9 @@ func (r *Relay) coalesced(mark *KVRead, window time.Duration) *Response {
 }
 
 // forward sends the delivery to the subscriber and relays its answer.
-func (r *Relay) forward(ctx context.Context, a *delivery, req *Request, hop *signature.Hop, rec *wire.SubscriberRecord, dedupKey, coalesceKey string) *Response {
+func (r *Relay) forward(ctx context.Context, a *Scratch, req *Request, hop *signature.Hop, rec *wire.SubscriberRecord, dedupKey, coalesceKey string) *Response {
 	start := r.deps.Clock.Now()
-	a.up = UpstreamRequest{URL: rec.URL, Header: forwardHeader(req.Header, rec.Headers), Body: req.Body, Timeout: rec.Timeout()}
+	a.up = UpstreamRequest{URL: rec.URL, Header: forwardHeader(a.header[:0], req.Header, rec.Headers), Body: req.Body, Timeout: rec.Timeout()}
 	up, err := r.deps.Upstream.Do(ctx, &a.up)
 	latency := strconv.FormatInt(r.deps.Clock.Now().Sub(start).Milliseconds(), 10)
 	if err != nil {
@@ -249,7 +289,7 @@ func (r *Relay) forward(ctx context.Context, a *delivery, req *Request, hop *sig
 	}
 	// Acknowledged: remember it. A failed write does not change the answer (the subscriber has
 	// the delivery); at worst a retry delivers it again, which receivers dedupe by webhook-id.
-	forwarded := strconv.FormatInt(start.UnixMilli(), 10)
+	forwarded := a.decimal(start.UnixMilli())
 	var failed []string
 	if err := r.deps.Dedup.Put(ctx, dedupKey, forwarded, r.cfg.DedupTTL); err != nil {
 		failed = append(failed, fmt.Sprintf("write %s: %v", dedupKey, err))
@@ -311,10 +351,9 @@ func stripped(k string) bool {
 	return false
 }
 
-// forwardHeader returns the headers sent to the subscriber: the origin's, minus the stripped
-// ones, plus the record's extra headers.
-func forwardHeader(in Header, extra map[string]string) Header {
-	out := make(Header, 0, len(in)+len(extra))
+// forwardHeader appends to out the headers sent to the subscriber: the origin's, minus the
+// stripped ones, plus the record's extra headers.
+func forwardHeader(out, in Header, extra map[string]string) Header {
 	for _, f := range in {
 		if !stripped(f.Name) {
 			out = append(out, f)

@@ -387,3 +387,46 @@ func TestHopHeadersReadInOnePass(t *testing.T) {
 		t.Errorf("with every hop header: got %d %q, want 200", resp.Status, resp.Detail)
 	}
 }
+
+// TestHandleWithReusedScratch relays deliveries to several subscribers through one Scratch, as the
+// WASI module does: every answer, forwarded request and dedup mark is the one of its own delivery,
+// and the marks stay right after later requests reused the memory their keys were built in.
+func TestHandleWithReusedScratch(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, plainRecord)
+	var forwarded []string
+	r := f.relay(t, f.subs, f.dedup, upstreamFunc(func(req *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
+		forwarded = append(forwarded, fmt.Sprint(req.URL, req.Header.Map()))
+		return ok200(req)
+	}))
+	var s relay.Scratch
+	var want []string
+	for i := range 6 {
+		sub, del := fmt.Sprintf("sub_%d", i%3), fmt.Sprintf("del_%s_%d", strings.Repeat("x", 100*(i%2)), i)
+		record := fmt.Sprintf(`{"url":"http://127.0.0.1:1/%d","timeout_ms":1000,"active":true,"headers":{"X-Sub":%q}}`, i%3, sub)
+		_ = f.subs.Put(context.Background(), wire.SubscriberKey(sub), record, 0)
+		body := []byte(fmt.Sprintf(`{"n":%d}`, i))
+		h := relay.Header{{Name: "webhook-id", Value: "evt_" + del}}
+		signature.SetHopHeaders(&h, []signature.Secret{f.secret}, &signature.Hop{
+			DeliveryID: del, SubscriberID: sub, EventType: "video.trending", Attempt: 1, Timestamp: now.Unix(),
+		}, body)
+		resp := r.HandleWith(context.Background(), &relay.Request{Method: "POST", Header: h, Body: body}, &s)
+		if resp.Status != 200 || resp.Header.Get(wire.HeaderOutcome) != string(wire.OutcomeForwarded) {
+			t.Fatalf("delivery %d: %d %q (%s), want 200 forwarded", i, resp.Status, resp.Header.Get(wire.HeaderOutcome), resp.Detail)
+		}
+		want = append(want, fmt.Sprint(fmt.Sprintf("http://127.0.0.1:1/%d", i%3), map[string]string{"webhook-id": "evt_" + del, "x-sub": sub}))
+		if again := r.HandleWith(context.Background(), &relay.Request{Method: "POST", Header: h, Body: body}, &s); again.Status != 200 ||
+			again.Header.Get(wire.HeaderOutcome) != string(wire.OutcomeDuplicate) {
+			t.Fatalf("delivery %d again: %d %q, want 200 duplicate", i, again.Status, again.Header.Get(wire.HeaderOutcome))
+		}
+	}
+	if fmt.Sprint(forwarded) != fmt.Sprint(want) {
+		t.Errorf("forwarded\n%v\nwant\n%v", forwarded, want)
+	}
+	for i := range 6 {
+		del := fmt.Sprintf("del_%s_%d", strings.Repeat("x", 100*(i%2)), i)
+		if v, _, found := f.dedup.Lookup(wire.DedupKey(del)); !found || v != fmt.Sprint(now.UnixMilli()) {
+			t.Errorf("dedup mark of %s: %q (found %v), want %d", del, v, found, now.UnixMilli())
+		}
+	}
+}

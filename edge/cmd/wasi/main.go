@@ -57,7 +57,12 @@ func setup() (*relay.Relay, error) {
 var inbox, outbox []byte
 
 // req is the request being handled, reused (its header array too): nothing keeps it past handle.
-var req relay.Request
+// scratch is the memory the relay handles it in, reused too: handle encodes the answer before the
+// next request, and the host copies what it keeps of the keys, values and upstream request.
+var (
+	req     relay.Request
+	scratch relay.Scratch
+)
 
 // buffer returns a buffer of size bytes; the host reuses it for every request that fits.
 //
@@ -77,7 +82,7 @@ func handle(size uint32) uint64 {
 	case err != nil:
 		resp = misconfigured(err.Error())
 	default:
-		resp = rl.Handle(context.Background(), &req)
+		resp = rl.HandleWith(context.Background(), &req, &scratch)
 	}
 	outbox = abi.EncodeResponse(outbox[:0], resp)
 	return abi.PackPointer(addr(outbox), uint32(len(outbox)))

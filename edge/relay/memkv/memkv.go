@@ -4,6 +4,7 @@ package memkv
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,8 +37,10 @@ func (s *Store) Get(_ context.Context, key string) (string, bool, error) {
 	return v, ok, nil
 }
 
-// Put stores value under key; a ttl of zero or less means no expiration.
+// Put stores copies of key and value (the relay's may be memory it reuses); a ttl of zero or less
+// means no expiration.
 func (s *Store) Put(_ context.Context, key, value string, ttl time.Duration) error {
+	key, value = strings.Clone(key), strings.Clone(value)
 	it := item{value: value}
 	if ttl > 0 {
 		it.expires = s.clock.Now().Add(ttl)

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -80,6 +81,8 @@ type Host struct {
 	deps     relay.Deps
 	timeout  time.Duration
 	log      *slog.Logger
+	// uninterruptible is HostConfig.Uninterruptible: every host function checks the deadline.
+	uninterruptible bool
 	// free holds a token per idle instance; idle holds those instances (a nil entry is one to
 	// (re)create on its next use), the most recently used last. A request takes that one: with
 	// fewer requests at once than instances, the same few instances serve them all with their
@@ -94,21 +97,47 @@ type Host struct {
 type instance struct {
 	mod            api.Module
 	buffer, handle api.Function
+	// call is the context of the running call, and stack the parameters and results of the
+	// exports, both reused.
+	call  callCtx
+	stack [1]uint64
 	// inbox and inboxCap are the guest buffer BufferFunc last returned: the guest keeps it, so a
 	// request that fits needs no call to ask for it again.
 	inbox, inboxCap uint32
 	// pending holds the bytes of the last host function result until the guest takes them.
 	pending []byte
 	// scratch holds the encoded request, results KVGetAllFunc's answer being built and lastKV
-	// its last answer, which the guest keeps; all are reused.
-	scratch, results, lastKV []byte
+	// its last answer, which the guest keeps, answer UpstreamFunc's; all are reused.
+	scratch, results, lastKV, answer []byte
 	// mac is the HMAC-SHA256 of key macKey, and macSum its last result, for HMACFunc.
 	mac            hash.Hash
 	macKey, macSum []byte
 }
 
-// callKey carries the running *instance to the host functions through the call's context.
-type callKey struct{}
+// callCtx is the context of a call into an instance: the caller's, with the instance the host
+// functions serve and the call's deadline. wazero hands the context of a call to each host
+// function it makes; the deadline is kept as a time, not as context.WithTimeout's timer, which
+// costs an allocation and a timer per call and, under a cancellable context such as an HTTP
+// request's, a registration with it. refuel and the upstream request (context.WithDeadline, for
+// the HTTP client) enforce it; KV, in memory in the harness, gets the caller's context.
+type callCtx struct {
+	context.Context
+	in       *instance
+	deadline time.Time
+	// checked makes every host function check the deadline (HostConfig.Uninterruptible).
+	checked bool
+}
+
+// err tells why the call must end now: its caller's context ended or its deadline passed.
+func (c *callCtx) err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	if !time.Now().Before(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
 
 // NewHost compiles the module and creates every instance, so a bad module or setting fails here.
 func NewHost(ctx context.Context, cfg HostConfig) (*Host, error) {
@@ -150,7 +179,7 @@ func NewHost(ctx context.Context, cfg HostConfig) (*Host, error) {
 		return nil, fmt.Errorf("compilation cache %s: %w", dir, err)
 	}
 	h := &Host{
-		cache: cache, deps: cfg.Deps, timeout: cfg.CallTimeout, log: cfg.Logger,
+		cache: cache, deps: cfg.Deps, timeout: cfg.CallTimeout, log: cfg.Logger, uninterruptible: cfg.Uninterruptible,
 		free: make(chan struct{}, cfg.Pool),
 		// No CloseOnContextDone: its checks are replaced by the fuel's (see Uninterruptible).
 		rt: wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(cache)),
@@ -238,18 +267,26 @@ func (h *Host) Close(ctx context.Context) error {
 // ctx's end or after the call timeout, whichever comes first; the instance is then replaced. A
 // request the module could not answer gets 500 with no outcome header, as from a Worker that threw.
 func (h *Host) Handle(ctx context.Context, req *relay.Request) *relay.Response {
-	ctx, cancel := context.WithTimeout(ctx, h.timeout)
-	defer cancel()
+	deadline := time.Now().Add(h.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
 	select {
 	case <-h.free:
-	case <-ctx.Done():
-		return edgeError("no relay instance became free: %v", ctx.Err())
+	default: // every instance is busy: wait, within the call's time
+		wait, cancel := context.WithDeadline(ctx, deadline)
+		defer cancel()
+		select {
+		case <-h.free:
+		case <-wait.Done():
+			return edgeError("no relay instance became free: %v", wait.Err())
+		}
 	}
 	h.mu.Lock()
 	in := h.idle[len(h.idle)-1]
 	h.idle = h.idle[:len(h.idle)-1]
 	h.mu.Unlock()
-	resp, err := h.call(ctx, &in, req)
+	resp, err := h.call(ctx, deadline, &in, req)
 	h.mu.Lock()
 	h.idle = append(h.idle, in)
 	h.mu.Unlock()
@@ -263,7 +300,7 @@ func (h *Host) Handle(ctx context.Context, req *relay.Request) *relay.Response {
 
 // call runs req in *in, creating the instance if needed; on failure it closes the instance and
 // leaves *in nil.
-func (h *Host) call(ctx context.Context, in **instance, req *relay.Request) (*relay.Response, error) {
+func (h *Host) call(ctx context.Context, deadline time.Time, in **instance, req *relay.Request) (*relay.Response, error) {
 	if *in == nil {
 		// Not bound by the call's deadline: _initialize of a Go module takes a while on a busy
 		// machine, and a half-made instance helps nobody.
@@ -273,7 +310,10 @@ func (h *Host) call(ctx context.Context, in **instance, req *relay.Request) (*re
 		}
 		*in = created
 	}
-	resp, err := (*in).call(ctx, req)
+	c := &(*in).call
+	*c = callCtx{Context: ctx, in: *in, deadline: deadline, checked: h.uninterruptible}
+	resp, err := (*in).run(c, req)
+	c.Context = nil // keep nothing of the caller's past the call
 	if err != nil {
 		_ = (*in).mod.Close(context.WithoutCancel(ctx))
 		*in = nil
@@ -281,24 +321,24 @@ func (h *Host) call(ctx context.Context, in **instance, req *relay.Request) (*re
 	return resp, err
 }
 
-func (in *instance) call(ctx context.Context, req *relay.Request) (*relay.Response, error) {
-	ctx = context.WithValue(ctx, callKey{}, in)
+// run calls the module with req in the context c of the call.
+func (in *instance) run(c *callCtx, req *relay.Request) (*relay.Response, error) {
 	in.scratch = abi.EncodeRequest(in.scratch[:0], req)
 	if n := uint32(len(in.scratch)); n > in.inboxCap || in.inboxCap == 0 {
-		res, err := in.buffer.Call(ctx, uint64(n))
-		if err != nil {
+		in.stack[0] = uint64(n)
+		if err := in.buffer.CallWithStack(c, in.stack[:]); err != nil {
 			return nil, err
 		}
-		in.inbox, in.inboxCap = uint32(res[0]), n
+		in.inbox, in.inboxCap = uint32(in.stack[0]), n
 	}
 	if !in.mod.Memory().Write(in.inbox, in.scratch) {
 		return nil, fmt.Errorf("%s returned %#x, outside memory", abi.BufferFunc, in.inbox)
 	}
-	res, err := in.handle.Call(ctx, uint64(len(in.scratch)))
-	if err != nil {
+	in.stack[0] = uint64(len(in.scratch))
+	if err := in.handle.CallWithStack(c, in.stack[:]); err != nil {
 		return nil, err
 	}
-	ptr, n := abi.SplitPointer(res[0])
+	ptr, n := abi.SplitPointer(in.stack[0])
 	view, ok := in.mod.Memory().Read(ptr, n)
 	if !ok {
 		return nil, fmt.Errorf("%s returned %d bytes at %#x, outside memory", abi.HandleFunc, n, ptr)
@@ -350,18 +390,20 @@ func (h *Host) instantiateHostModule(ctx context.Context) error {
 	return err
 }
 
-// running returns the instance whose call reached a host function. It traps the guest (a panic
-// in a host function does) when the call is past its deadline, which is how an uninterruptible
-// module is stopped.
-func running(ctx context.Context) *instance {
-	in, ok := ctx.Value(callKey{}).(*instance)
+// running returns the context of the call that reached a host function. With
+// HostConfig.Uninterruptible it traps the guest (a panic in a host function does) when the call
+// must end, which is how such a module is stopped; otherwise refuel does.
+func running(ctx context.Context) *callCtx {
+	c, ok := ctx.(*callCtx)
 	if !ok {
 		panic("edgehook host function called outside a request")
 	}
-	if err := ctx.Err(); err != nil {
-		panic(fmt.Errorf("call deadline: %w", err))
+	if c.checked {
+		if err := c.err(); err != nil {
+			panic(fmt.Errorf("call deadline: %w", err))
+		}
 	}
-	return in
+	return c
 }
 
 // view returns a view of guest memory, trapping the guest on an out-of-range pointer. It is valid
@@ -376,6 +418,12 @@ func view(m api.Module, ptr, n uint64) []byte {
 
 // readString copies guest memory into a string.
 func readString(m api.Module, ptr, n uint64) string { return string(view(m, ptr, n)) }
+
+// viewString is view as a string, for KV, which copies what it keeps (relay.KV).
+func viewString(m api.Module, ptr, n uint64) string {
+	v := view(m, ptr, n)
+	return unsafe.String(unsafe.SliceData(v), len(v))
+}
 
 // result leaves b for TakeFunc and returns the packed result.
 func (in *instance) result(code uint32, b []byte) uint64 {
@@ -399,12 +447,13 @@ func (h *Host) namespace(ns uint64) relay.KV {
 // saves it taking and allocating a copy and also comparing the record with the last one it saw
 // (equal strings at one address compare at once; otherwise byte by byte, a loop in WASM).
 func (h *Host) kvGetAll(ctx context.Context, m api.Module, stack []uint64) {
-	in := running(ctx)
+	c := running(ctx)
+	in := c.in
 	iov, out := view(m, stack[0], stack[1]*12), in.results[:0]
 	for i := 0; i < len(iov); i += 12 {
 		kv := h.namespace(uint64(binary.LittleEndian.Uint32(iov[i:])))
-		key := readString(m, uint64(binary.LittleEndian.Uint32(iov[i+4:])), uint64(binary.LittleEndian.Uint32(iov[i+8:])))
-		v, found, err := kv.Get(ctx, key)
+		key := viewString(m, uint64(binary.LittleEndian.Uint32(iov[i+4:])), uint64(binary.LittleEndian.Uint32(iov[i+8:])))
+		v, found, err := kv.Get(c.Context, key)
 		out = abi.AppendKVResult(out, v, found, err)
 	}
 	if bytes.Equal(out, in.lastKV) { // a new instance's last answer is nil, as the guest's is empty
@@ -417,9 +466,10 @@ func (h *Host) kvGetAll(ctx context.Context, m api.Module, stack []uint64) {
 }
 
 func (h *Host) kvPut(ctx context.Context, m api.Module, stack []uint64) {
-	in, kv := running(ctx), h.namespace(stack[0])
-	key, value := readString(m, stack[1], stack[2]), readString(m, stack[3], stack[4])
-	if err := kv.Put(ctx, key, value, time.Duration(int64(stack[5]))*time.Second); err != nil {
+	c, kv := running(ctx), h.namespace(stack[0])
+	in := c.in
+	key, value := viewString(m, stack[1], stack[2]), viewString(m, stack[3], stack[4])
+	if err := kv.Put(c.Context, key, value, time.Duration(int64(stack[5]))*time.Second); err != nil {
 		stack[0] = in.result(abi.CodeError, []byte(err.Error()))
 		return
 	}
@@ -427,21 +477,26 @@ func (h *Host) kvPut(ctx context.Context, m api.Module, stack []uint64) {
 }
 
 // upstream decodes a copy of the request: the HTTP client may still read the body after Do
-// returns, when guest memory belongs to the guest again.
+// returns, when guest memory belongs to the guest again. The answer's encoding is kept in the
+// instance until the guest takes it, and reused.
 func (h *Host) upstream(ctx context.Context, m api.Module, stack []uint64) {
-	in := running(ctx)
+	c := running(ctx)
+	in := c.in
 	req, err := abi.DecodeUpstreamRequest(bytes.Clone(view(m, stack[0], stack[1])))
 	if err != nil {
 		panic(err)
 	}
-	resp, err := h.deps.Upstream.Do(ctx, req)
+	upCtx, cancel := context.WithDeadline(c.Context, c.deadline)
+	resp, err := h.deps.Upstream.Do(upCtx, req)
+	cancel()
 	switch {
 	case err != nil && errTimeout(err):
 		stack[0] = in.result(abi.CodeTimeout, []byte(err.Error()))
 	case err != nil:
 		stack[0] = in.result(abi.CodeError, []byte(err.Error()))
 	default:
-		stack[0] = in.result(abi.CodeOK, abi.EncodeUpstreamResponse(nil, resp))
+		in.answer = abi.EncodeUpstreamResponse(in.answer[:0], resp)
+		stack[0] = in.result(abi.CodeOK, in.answer)
 	}
 }
 
@@ -453,17 +508,19 @@ const (
 	fuelPerRefuel = 1000
 )
 
-// refuel traps a call past its deadline and otherwise lets it run on. It also runs in
-// _initialize, outside any request, whose context has no deadline.
+// refuel traps a call that must end and otherwise lets it run on. It also runs in _initialize,
+// outside any request.
 func refuel(ctx context.Context, _ api.Module, stack []uint64) {
-	if err := ctx.Err(); err != nil {
-		panic(fmt.Errorf("call deadline: %w", err))
+	if c, ok := ctx.(*callCtx); ok {
+		if err := c.err(); err != nil {
+			panic(fmt.Errorf("call deadline: %w", err))
+		}
 	}
 	stack[0] = fuelPerRefuel
 }
 
 func take(ctx context.Context, m api.Module, stack []uint64) {
-	in := running(ctx)
+	in := running(ctx).in
 	if !m.Memory().Write(uint32(stack[0]), in.pending) {
 		panic(fmt.Sprintf("guest asked for %d bytes at %#x, outside memory", len(in.pending), stack[0]))
 	}
@@ -484,7 +541,7 @@ func (h *Host) logLine(ctx context.Context, m api.Module, stack []uint64) {
 // they are in use. The instance keeps the HMAC of the last key (the edge secret, the same on every
 // request): Reset returns it to its keyed state without hashing the key again or allocating.
 func hmacSHA256(ctx context.Context, m api.Module, stack []uint64) {
-	in := running(ctx)
+	in := running(ctx).in
 	if key := view(m, stack[0], stack[1]); in.mac == nil || !bytes.Equal(key, in.macKey) {
 		in.macKey = append(in.macKey[:0], key...)
 		in.mac = hmac.New(sha256.New, in.macKey)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/edgehook/edgehook/shared/wire"
@@ -111,15 +112,18 @@ func (s *Store) validateEmit(in *EmitInput, prefix string) error {
 // commitLoop is the group committer: it runs until Close, then commits what is still queued.
 func (s *Store) commitLoop() {
 	defer close(s.done)
+	concurrent := false // the last group had several requests
 	for {
 		select {
 		case r := <-s.emits:
-			s.commitGroup(s.gather(r))
+			group := s.gather(r, concurrent)
+			concurrent = len(group) > 1
+			s.commitGroup(group)
 		case <-s.stop:
 			for {
 				select {
 				case r := <-s.emits:
-					s.commitGroup(s.gather(r))
+					s.commitGroup(s.gather(r, false))
 				default:
 					return
 				}
@@ -128,15 +132,43 @@ func (s *Store) commitLoop() {
 	}
 }
 
-// gather collects the requests already waiting behind first, up to MaxBatchEvents events.
-func (s *Store) gather(first *emitReq) []*emitReq {
+// gatherWindow is how long a group stays open for more requests after its first when callers emit
+// concurrently. Their requests reach the queue spread out by the work before it (a request's HTTP
+// handling), and every commit has a fixed cost whatever its size: its statements, and the WAL
+// frames of the pages every commit rewrites (the tables' last pages, the index leaves of every
+// subscriber). Taking only what was already queued, make bench's 32 single-event clients were
+// committed about 4 events at a time; a millisecond's window groups 15-20 and cuts the origin's
+// CPU per event by a fifth. An event is still acknowledged only after its group committed.
+const gatherWindow = time.Millisecond
+
+// gather collects the requests queued behind first, up to MaxBatchEvents events. When the last
+// group had several requests (wait) it also waits up to gatherWindow for more; a lone caller is not
+// delayed.
+func (s *Store) gather(first *emitReq, wait bool) []*emitReq {
 	group, n := []*emitReq{first}, len(first.events)
+	var window <-chan time.Time // nil: take only what is queued
+	if wait {
+		t := time.NewTimer(gatherWindow)
+		defer t.Stop()
+		window = t.C
+	}
 	for n < MaxBatchEvents {
 		select {
 		case r := <-s.emits:
 			group, n = append(group, r), n+len(r.events)
+			continue
 		default:
+		}
+		if window == nil {
 			return group
+		}
+		select {
+		case r := <-s.emits:
+			group, n = append(group, r), n+len(r.events)
+		case <-window: // take what is queued, then close the group
+			window = nil
+		case <-s.stop:
+			window = nil
 		}
 	}
 	return group

@@ -5,3 +5,6 @@ func (h *Hop) Canonical() []byte { return h.canonical(nil) }
 
 // ParseCanonicalInt exposes parseCanonicalInt to its test against strconv.
 var ParseCanonicalInt = parseCanonicalInt
+
+// DecodeSig exposes decodeSig to its test against encoding/base64.
+var DecodeSig = decodeSig

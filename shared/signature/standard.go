@@ -94,18 +94,17 @@ func matchAny(sigHeader string, secrets []Secret, expected func(key []byte) [sha
 	// Decoded into arrays with room for a rotation's signatures, on the stack: the edge verifies a
 	// hop on every request, and in its WASM builds each allocation costs (BenchmarkGuestCalls).
 	candidates := make([][sha256.Size]byte, 0, 4)
-	for field := range strings.FieldsSeq(sigHeader) {
-		b64, ok := strings.CutPrefix(field, versionPrefix)
-		// Padded standard base64 of sha256.Size bytes is exactly sigLen characters (fields hold no
-		// CR or LF, which the decoder would skip), so other lengths cannot decode to a signature.
-		if !ok || len(b64) != sigLen {
-			continue
+	var sig [sha256.Size]byte
+	if len(sigHeader) == len(versionPrefix)+sigLen && sigHeader[:len(versionPrefix)] == versionPrefix && decodeSig(&sig, sigHeader[len(versionPrefix):]) {
+		// The usual header, one signature: it holds no white space (decodeSig took every byte), so
+		// it is its own only field. Splitting it costs more than the rest in the WASM builds.
+		candidates = append(candidates, sig)
+	} else {
+		for field := range strings.FieldsSeq(sigHeader) {
+			if b64, ok := strings.CutPrefix(field, versionPrefix); ok && decodeSig(&sig, b64) {
+				candidates = append(candidates, sig)
+			}
 		}
-		var sig [sha256.Size + 1]byte // base64.StdEncoding.DecodedLen(sigLen)
-		if n, err := base64.StdEncoding.Decode(sig[:], []byte(b64)); err != nil || n != sha256.Size {
-			continue
-		}
-		candidates = append(candidates, [sha256.Size]byte(sig[:sha256.Size]))
 	}
 	if len(candidates) == 0 {
 		return fmt.Errorf("%w: no v1 signature", ErrMalformed)
@@ -123,6 +122,41 @@ func matchAny(sigHeader string, secrets []Secret, expected func(key []byte) [sha
 	}
 	return ErrNoMatch
 }
+
+// decodeSig decodes s into dst when s is what base64.StdEncoding decodes to sha256.Size bytes
+// without skipping anything: sigLen characters of the standard alphabet, the last one '=' (the
+// unused low bits of the one before may be set, as the non-strict decoder allows). It is
+// base64.StdEncoding.Decode for the one length a signature has, a loop without calls: in the WASM
+// builds the decoder's calls cost more than the decoding.
+func decodeSig(dst *[sha256.Size]byte, s string) bool {
+	if len(s) != sigLen || s[sigLen-1] != '=' {
+		return false
+	}
+	var bad byte // any character outside the alphabet sets the high bit
+	for i := 0; i < sigLen/4-1; i++ {
+		a, b, c, d := b64Value[s[4*i]], b64Value[s[4*i+1]], b64Value[s[4*i+2]], b64Value[s[4*i+3]]
+		bad |= a | b | c | d
+		v := uint32(a)<<18 | uint32(b)<<12 | uint32(c)<<6 | uint32(d)
+		dst[3*i], dst[3*i+1], dst[3*i+2] = byte(v>>16), byte(v>>8), byte(v)
+	}
+	a, b, c := b64Value[s[sigLen-4]], b64Value[s[sigLen-3]], b64Value[s[sigLen-2]]
+	bad |= a | b | c
+	v := uint32(a)<<18 | uint32(b)<<12 | uint32(c)<<6
+	dst[sha256.Size-2], dst[sha256.Size-1] = byte(v>>16), byte(v>>8)
+	return bad&0x80 == 0
+}
+
+// b64Value maps each character of the standard base64 alphabet to its value and every other byte
+// to 0xff.
+var b64Value = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
+	}
+	for i, c := range "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/" {
+		t[c] = byte(i)
+	}
+	return t
+}()
 
 // sigLen is the length of a signature's base64 text after "v1,": base64.StdEncoding.EncodedLen(sha256.Size).
 const sigLen = (sha256.Size + 2) / 3 * 4

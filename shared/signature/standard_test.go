@@ -153,3 +153,32 @@ func TestVerify(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodeSig: decodeSig accepts exactly the texts base64.StdEncoding decodes to 32 bytes
+// without skipping a byte, to the same bytes. Each text is a signature's encoding (of all zeros,
+// all ones, and bytes whose last character carries set padding bits) with one byte replaced by
+// every possible byte in turn, and a few of other lengths.
+func TestDecodeSig(t *testing.T) {
+	sums := [][]byte{make([]byte, 32), []byte(strings.Repeat("\xff", 32)), []byte("0123456789abcdef0123456789abcdef")}
+	var texts []string
+	for _, sum := range sums {
+		enc := base64.StdEncoding.EncodeToString(sum)
+		texts = append(texts, enc, enc[:43], enc+"=", enc[:42]+"==", strings.TrimRight(enc, "=")+"A")
+		for i := range enc {
+			for c := range 256 {
+				texts = append(texts, enc[:i]+string([]byte{byte(c)})+enc[i+1:])
+			}
+		}
+	}
+	texts = append(texts, "", "====", strings.Repeat("A", 43)+"B=")
+	for _, s := range texts {
+		var got [32]byte
+		ok := signature.DecodeSig(&got, s)
+		want := make([]byte, 33)
+		n, err := base64.StdEncoding.Decode(want, []byte(s))
+		wantOK := err == nil && n == 32 && !strings.ContainsAny(s, "\r\n")
+		if ok != wantOK || ok && string(got[:]) != string(want[:32]) {
+			t.Errorf("decodeSig(%q) = %x, %v; base64 gives %x, %v (err %v)", s, got, ok, want[:n], wantOK, err)
+		}
+	}
+}

@@ -247,9 +247,9 @@ const expiredSQL = `status = 'leased' AND lease_expires_at <= ?1`
 
 // spend is a subscriber's bucket after a claim took from it.
 type spend struct {
-	ID     string  `json:"id"`
-	Tokens float64 `json:"tokens"`
-	Probe  bool    `json:"probe"` // the claim took the circuit's probe
+	ID     string
+	Tokens float64
+	Probe  bool // the claim took the circuit's probe
 }
 
 // spendTokens writes the buckets of the subscribers a claim took from, in one statement: the
@@ -257,17 +257,25 @@ type spend struct {
 // refilled_at never goes back: a process whose clock reading is older than another's last claim
 // (it read the clock, then waited for the write lock) must not be credited that time twice.
 func (s *Store) spendTokens(ctx context.Context, tx *sql.Tx, spent []spend, now, leaseUntil int64) error {
-	data, err := json.Marshal(spent)
-	if err != nil {
+	args := make([]any, 0, 2+3*len(spent))
+	return padded(len(spent), func(k, lo, hi int) error {
+		args = append(args[:0], now, leaseUntil)
+		for _, sp := range spent[lo:hi] {
+			args = append(args, sp.ID, sp.Tokens, sp.Probe)
+		}
+		_, err := s.exec(ctx, tx, spendTokensSQL[k], padNulls(args, k, hi-lo, 3)...)
 		return err
-	}
-	_, err = s.exec(ctx, tx, `UPDATE limiter SET tokens = j.tokens, refilled_at = max(limiter.refilled_at, ?1), last_claim_at = ?1,
-			circuit = CASE WHEN j.probe THEN 'probing' ELSE limiter.circuit END,
-			circuit_until = CASE WHEN j.probe THEN ?2 ELSE limiter.circuit_until END
-		FROM (SELECT value->>'id' AS id, value->>'tokens' AS tokens, value->>'probe' AS probe FROM jsonb_each(?3)) AS j
-		WHERE limiter.subscriber_id = j.id`, now, leaseUntil, string(data))
-	return err
+	})
 }
+
+// spendTokensSQL writes buckets: parameters now, the lease's end, then id, tokens, probe of each.
+var spendTokensSQL = chunkSQL(3, func(values string) string {
+	return `UPDATE limiter SET tokens = j.column2, refilled_at = max(limiter.refilled_at, t.now), last_claim_at = t.now,
+			circuit = CASE WHEN j.column3 THEN 'probing' ELSE limiter.circuit END,
+			circuit_until = CASE WHEN j.column3 THEN t.lease ELSE limiter.circuit_until END
+		FROM (SELECT ? AS now, ? AS lease) AS t, (` + values + `) AS j
+		WHERE limiter.subscriber_id = j.column1`
+})
 
 // claimCandidates returns the active subscribers with pending deliveries that may send now, in
 // round-robin order, with their budgets. moves are count changes not yet in queue_counts: none into

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 )
 
 // countDeltas are changes to queue_counts that a transaction makes itself rather than through the
@@ -29,29 +28,26 @@ func (c countDeltas) into(to Status) bool {
 	return false
 }
 
-// write adds the changes to queue_counts in one statement.
+// write adds the changes to queue_counts in one statement (per padded chunk of rows).
 func (c countDeltas) write(ctx context.Context, s *Store, tx *sql.Tx) error {
-	type row struct {
-		Sub    string `json:"s"`
-		Status string `json:"st"`
-		N      int64  `json:"n"`
-	}
-	list := make([]row, 0, len(c))
+	args := make([]any, 0, 3*len(c))
 	for k, n := range c {
 		if n != 0 {
-			list = append(list, row{k[0], k[1], n})
+			args = append(args, k[0], k[1], n)
 		}
 	}
-	if len(list) == 0 {
-		return nil
-	}
-	data, err := json.Marshal(list)
-	if err != nil {
+	rows := len(args) / 3
+	list := args
+	return padded(rows, func(k, lo, hi int) error {
+		chunk := append(make([]any, 0, 3*rowChunks[k]), list[3*lo:3*hi]...)
+		_, err := s.exec(ctx, tx, writeCountsSQL[k], padNulls(chunk, k, hi-lo, 3)...)
 		return err
-	}
-	// WHERE true: an upsert's SELECT needs a WHERE clause, or ON CONFLICT parses as a join constraint.
-	_, err = s.exec(ctx, tx, `INSERT INTO queue_counts(subscriber_id, status, n)
-		SELECT value->>'s', value->>'st', value->>'n' FROM jsonb_each(?) WHERE true
-		ON CONFLICT(subscriber_id, status) DO UPDATE SET n = n + excluded.n`, string(data))
-	return err
+	})
 }
+
+// writeCountsSQL adds count changes (subscriber, status, n) to queue_counts, skipping the padding.
+// WHERE: an upsert's SELECT needs a WHERE clause, or ON CONFLICT parses as a join constraint.
+var writeCountsSQL = chunkSQL(3, func(values string) string {
+	return `INSERT INTO queue_counts(subscriber_id, status, n) SELECT column1, column2, column3 FROM (` + values + `)
+		WHERE column1 IS NOT NULL ON CONFLICT(subscriber_id, status) DO UPDATE SET n = n + excluded.n`
+})

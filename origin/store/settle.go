@@ -242,36 +242,38 @@ const deliveredKeep = 120
 // countDelivered adds the deliveries a settle delivered to delivered_by_second, by subscriber in
 // the second of now, and about once a minute deletes the seconds older than deliveredKeep.
 func (s *Store) countDelivered(ctx context.Context, tx *sql.Tx, settled countDeltas, now int64) error {
-	type row struct {
-		Sub string `json:"s"`
-		N   int64  `json:"n"`
-	}
-	var list []row
+	sec := now / 1000
+	args := []any{sec}
 	for k, n := range settled {
 		if k[1] == string(StatusDelivered) && n > 0 {
-			list = append(list, row{k[0], n})
+			args = append(args, k[0], n)
 		}
 	}
-	if len(list) == 0 {
+	rows := (len(args) - 1) / 2
+	if rows == 0 {
 		return nil
 	}
-	sec := now / 1000
 	if last := s.trimmedAt.Load(); sec-last >= 60 || sec < last {
 		if _, err := s.exec(ctx, tx, `DELETE FROM delivered_by_second WHERE second < ?`, sec-deliveredKeep); err != nil {
 			return err
 		}
 		s.trimmedAt.Store(sec) // if the transaction fails, the next trim is a minute late: harmless
 	}
-	data, err := json.Marshal(list)
-	if err != nil {
+	list := args[1:]
+	return padded(rows, func(k, lo, hi int) error {
+		chunk := append(append(make([]any, 0, 1+2*rowChunks[k]), sec), list[2*lo:2*hi]...)
+		_, err := s.exec(ctx, tx, countDeliveredSQL[k], padNulls(chunk, k, hi-lo, 2)...)
 		return err
-	}
-	// WHERE true: see countDeltas.write.
-	_, err = s.exec(ctx, tx, `INSERT INTO delivered_by_second(second, subscriber_id, n)
-		SELECT ?1, value->>'s', value->>'n' FROM jsonb_each(?2) WHERE true
-		ON CONFLICT(second, subscriber_id) DO UPDATE SET n = n + excluded.n`, sec, string(data))
-	return err
+	})
 }
+
+// countDeliveredSQL adds deliveries to delivered_by_second: parameters the second, then each
+// subscriber and its count. WHERE: see writeCountsSQL.
+var countDeliveredSQL = chunkSQL(2, func(values string) string {
+	return `INSERT INTO delivered_by_second(second, subscriber_id, n) SELECT t.sec, v.column1, v.column2
+		FROM (SELECT ? AS sec) AS t, (` + values + `) AS v WHERE v.column1 IS NOT NULL
+		ON CONFLICT(second, subscriber_id) DO UPDATE SET n = n + excluded.n`
+})
 
 // settleSQL settles a chunk of rowChunks rows: parameters now, then each settleRow's fields.
 var settleSQL = func() (out [len(rowChunks)]string) {
@@ -352,25 +354,30 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 	if len(ids) == 0 {
 		return nil
 	}
-	list, _ := json.Marshal(ids)
-	rows, err := s.query(ctx, tx, `SELECT subscriber_id, consecutive_failures, circuit, circuit_until, circuit_opens, paused_until
-		FROM limiter WHERE subscriber_id IN (SELECT value FROM json_each(?))`, string(list))
-	if err != nil {
-		return err
-	}
 	var changed []limiterState
-	for rows.Next() {
-		var st limiterState
-		if err := rows.Scan(&st.ID, &st.Failures, &st.Circuit, &st.Until, &st.Opens, &st.Paused); err != nil {
-			rows.Close()
+	args := make([]any, 0, len(ids))
+	err := padded(len(ids), func(k, lo, hi int) error {
+		args = args[:0]
+		for _, id := range ids[lo:hi] {
+			args = append(args, id)
+		}
+		rows, err := s.query(ctx, tx, readLimitersSQL[k], padNulls(args, k, hi-lo, 1)...)
+		if err != nil {
 			return err
 		}
-		if next := st.apply(bySub[st.ID], now, policy); next != st {
-			changed = append(changed, next)
+		defer rows.Close()
+		for rows.Next() {
+			var st limiterState
+			if err := rows.Scan(&st.ID, &st.Failures, &st.Circuit, &st.Until, &st.Opens, &st.Paused); err != nil {
+				return err
+			}
+			if next := st.apply(bySub[st.ID], now, policy); next != st {
+				changed = append(changed, next)
+			}
 		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil || len(changed) == 0 {
+		return rows.Err()
+	})
+	if err != nil || len(changed) == 0 {
 		return err
 	}
 	data, _ := json.Marshal(changed)
@@ -381,6 +388,12 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 		WHERE limiter.subscriber_id = j.id`, string(data))
 	return err
 }
+
+// readLimitersSQL reads the limiter rows of the subscribers bound (padded with NULLs).
+var readLimitersSQL = chunkSQL(1, func(values string) string {
+	return `SELECT subscriber_id, consecutive_failures, circuit, circuit_until, circuit_opens, paused_until
+		FROM limiter WHERE subscriber_id IN (` + values + `)`
+})
 
 // apply folds a subscriber's settlements, in order, into its limiter state.
 func (st limiterState) apply(items []*Settlement, now time.Time, policy CircuitPolicy) limiterState {

@@ -31,6 +31,9 @@ type run struct {
 
 	outcomes chan store.Settlement
 	slots    chan struct{} // one token per delivery in flight
+	// jobs hands claimed deliveries to Workers long-lived senders: a goroutine per delivery cost
+	// its creation and, as each one's stack grew to what a send needs, a copy of it every time.
+	jobs     chan store.Claimed
 	freed    chan struct{} // signalled when the completer frees slots
 	sends    sync.WaitGroup
 	slow     atomic.Int64  // sends in flight for longer than slowSend
@@ -86,7 +89,7 @@ type claimOutcome struct {
 func (e *Engine) newRun(untilIdle bool, grace <-chan time.Duration) *run {
 	sendCtx, cancel := context.WithCancel(context.Background())
 	return &run{e: e, untilIdle: untilIdle, grace: grace, sendCtx: sendCtx, cancelSends: cancel,
-		outcomes: make(chan store.Settlement, e.cfg.Workers), slots: make(chan struct{}, e.cfg.Workers),
+		outcomes: make(chan store.Settlement, e.cfg.Workers), slots: make(chan struct{}, e.cfg.Workers), jobs: make(chan store.Claimed, e.cfg.Workers),
 		freed: make(chan struct{}, 1), complete: make(chan struct{}), flying: map[string]*flight{}, capFreed: make(chan struct{}, 1),
 		settleClaimed: make(chan struct{}, 1)}
 }
@@ -98,6 +101,9 @@ func (e *Engine) newRun(untilIdle bool, grace <-chan time.Duration) *run {
 func (r *run) loop(ctx context.Context, daemon bool) {
 	r.claimCtx = ctx
 	go r.completer()
+	for range cap(r.jobs) {
+		go r.sender()
+	}
 	r.prune()
 	var pruneTick <-chan time.Time
 	if daemon {
@@ -218,7 +224,7 @@ func (r *run) dispatch(claimed []store.Claimed) (atCap int) {
 		f.n, f.cap = f.n+1, c.Subscriber.MaxInFlight
 		r.slots <- struct{}{}
 		r.sends.Add(1)
-		go r.send(c)
+		r.jobs <- c // never blocks: a job holds a slot, and there are as many places as slots
 	}
 	r.count(func(d *DrainResult) { d.Claimed += len(claimed) })
 	return r.atCap()
@@ -234,8 +240,9 @@ func (r *run) takeSettleClaim() claimOutcome {
 // shutdown waits for sends up to the grace, cancels the rest and waits for the completer.
 func (r *run) shutdown() {
 	r.writer.Lock()
-	r.claimOn = claimOnNone // settles claim no more
+	r.claimOn = claimOnNone // settles claim no more, so nothing is dispatched after this
 	r.writer.Unlock()
+	close(r.jobs)
 	grace := r.e.cfg.StopGrace // the daemon's ctx was cancelled without a Stop
 	select {
 	case grace = <-r.grace:
@@ -257,6 +264,13 @@ func (r *run) shutdown() {
 	r.cancelSends()
 	close(r.outcomes)
 	<-r.complete
+}
+
+// sender sends the jobs it is handed until there are no more.
+func (r *run) sender() {
+	for c := range r.jobs {
+		r.send(c)
+	}
 }
 
 // send delivers one claimed delivery and queues its outcome. Past slowSend it counts in slow

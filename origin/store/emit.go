@@ -18,6 +18,7 @@ import (
 // emitReq is one caller's Emit or EmitBatch waiting for the group committer.
 type emitReq struct {
 	events  []EmitInput
+	hashes  [][]byte // bodyHash of each event, computed by the caller, not the committer
 	results []EmitResult
 	err     error
 	done    chan struct{}
@@ -55,6 +56,7 @@ func (s *Store) EmitBatch(ctx context.Context, ins []EmitInput) ([]EmitResult, e
 }
 
 func (s *Store) emit(ctx context.Context, ins []EmitInput, field string) ([]EmitResult, error) {
+	req := &emitReq{events: ins, hashes: make([][]byte, len(ins)), done: make(chan struct{})}
 	for i := range ins {
 		prefix := ""
 		if field != "" {
@@ -63,8 +65,8 @@ func (s *Store) emit(ctx context.Context, ins []EmitInput, field string) ([]Emit
 		if err := s.validateEmit(&ins[i], prefix); err != nil {
 			return nil, err
 		}
+		req.hashes[i] = bodyHash(ins[i].Type, ins[i].Body)
 	}
-	req := &emitReq{events: ins, done: make(chan struct{})}
 	select {
 	case s.emits <- req:
 		s.enqueued.Add(1)
@@ -200,7 +202,7 @@ func (s *Store) commitGroup(group []*emitReq) {
 			return err
 		}
 		for _, r := range group {
-			if r.err = p.check(r.events); r.err == nil {
+			if r.err = p.check(r); r.err == nil {
 				p.add(r)
 			}
 		}
@@ -236,16 +238,20 @@ type storedEvent struct {
 	deliveries int // for a stored one, known after loadDuplicateCounts
 }
 
-// newDelivery is a delivery row to insert; Event indexes groupPlan.events.
+// newDelivery is a delivery row to insert.
 type newDelivery struct {
-	Event  int64
+	Event  int64 // the event's seq
 	Sub    string
 	Key    string
 	Status Status
 }
 
+// plain tells a row that insertPlainDeliveriesSQL writes: pending, without a coalesce key.
+func (d *newDelivery) plain() bool { return d.Status == StatusPending && d.Key == "" }
+
 // newEvent is an event row to insert.
 type newEvent struct {
+	Seq        int64
 	ID, Type   string
 	Body, Hash []byte
 	Key        string
@@ -265,12 +271,12 @@ type groupPlan struct {
 	depth      int64                   // deliveries pending or in flight, with those planned
 	pending    map[string]int64        // pending deliveries per subscriber, as the plan leaves them
 	known      map[string]*storedEvent // event ids stored or planned
+	nextSeq    int64                   // the seq of the next planned event
 	events     []newEvent
 	rows       []newDelivery
 	latest     map[[2]string]int       // (subscriber, coalesce key) → index in rows of the newest
 	firstKey   map[[2]string]resultRef // (subscriber, coalesce key) → the first event that supersedes stored rows
 	dups       map[int64][]resultRef   // stored event seq → re-emits of it
-	rowEvents  []resultRef             // per planned event: its result, to count supersedes
 	created    int
 	superseded int64
 }
@@ -280,6 +286,11 @@ type groupPlan struct {
 func (s *Store) newGroupPlan(ctx context.Context, tx *sql.Tx, group []*emitReq, subs []*Subscriber) (*groupPlan, error) {
 	p := &groupPlan{s: s, subs: subs, cap: s.opts.GlobalCap, known: map[string]*storedEvent{}, latest: map[[2]string]int{},
 		firstKey: map[[2]string]resultRef{}, dups: map[int64][]resultRef{}, pending: map[string]int64{}}
+	// New events take the seqs SQLite would give them (the largest + 1, and on), so their
+	// deliveries are planned with them and the events' INSERT returns nothing.
+	if err := s.queryRow(ctx, tx, `SELECT coalesce(max(seq), 0) + 1 FROM events`).Scan(&p.nextSeq); err != nil {
+		return nil, err
+	}
 	counts, err := s.query(ctx, tx, `SELECT subscriber_id, status, n FROM queue_counts WHERE status IN ('pending', 'leased')`)
 	if err != nil {
 		return nil, err
@@ -330,11 +341,11 @@ func (s *Store) newGroupPlan(ctx context.Context, tx *sql.Tx, group []*emitReq, 
 // check tells whether a request can be written as a whole: no id conflicts with a stored, planned
 // or earlier event of the request, and every new event fits under the global cap. It changes
 // nothing.
-func (p *groupPlan) check(events []EmitInput) error {
+func (p *groupPlan) check(r *emitReq) error {
 	seen := map[string][]byte{}
 	depth := p.depth
-	for _, in := range events {
-		sum := bodyHash(in.Type, in.Body)
+	for i, in := range r.events {
+		sum := r.hashes[i]
 		if prev, ok := seen[in.ID]; ok {
 			if !bytes.Equal(prev, sum) {
 				return fmt.Errorf("event %q appears twice with a different type or body: %w", in.ID, ErrConflict)
@@ -372,9 +383,10 @@ func (p *groupPlan) add(r *emitReq) {
 			}
 			continue
 		}
-		sum := bodyHash(in.Type, in.Body)
-		p.events = append(p.events, newEvent{ID: in.ID, Type: in.Type, Body: in.Body, Hash: sum, Key: in.CoalesceKey})
-		ev := int64(len(p.events) - 1)
+		sum := r.hashes[i]
+		ev := p.nextSeq
+		p.nextSeq++
+		p.events = append(p.events, newEvent{Seq: ev, ID: in.ID, Type: in.Type, Body: in.Body, Hash: sum, Key: in.CoalesceKey})
 		res := &r.results[i]
 		res.EventID = in.ID
 		var payload map[string]json.RawMessage // parsed at most once, for coalesce keys
@@ -423,29 +435,16 @@ func (p *groupPlan) write(ctx context.Context, tx *sql.Tx, now int64) error {
 	if err := p.countDuplicates(ctx, tx); err != nil {
 		return err
 	}
-	// The ids were checked absent inside this write transaction: a conflict here is a bug, and
-	// fails the group.
-	seqs := make(map[string]int64, len(p.events))
-	args := make([]any, 0, 1+5*rowChunks[0])
+	// The ids and seqs were checked free inside this write transaction: a conflict here is a bug,
+	// and fails the group.
+	args := make([]any, 0, 1+6*rowChunks[0])
 	err := inChunks(len(p.events), func(k, lo, hi int) error {
 		args = append(args[:0], now)
 		for _, e := range p.events[lo:hi] {
-			args = append(args, e.ID, e.Type, e.Body, e.Hash, e.Key)
+			args = append(args, e.Seq, e.ID, e.Type, e.Body, e.Hash, e.Key)
 		}
-		rows, err := p.s.query(ctx, tx, insertEventsSQL[k], args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var id string
-			var seq int64
-			if err := rows.Scan(&id, &seq); err != nil {
-				return err
-			}
-			seqs[id] = seq
-		}
-		return rows.Err()
+		_, err := p.s.exec(ctx, tx, insertEventsSQL[k], args...)
+		return err
 	})
 	if err != nil {
 		return err
@@ -453,16 +452,35 @@ func (p *groupPlan) write(ctx context.Context, tx *sql.Tx, now int64) error {
 	if err := p.supersedeStored(ctx, tx, now); err != nil {
 		return err
 	}
-	err = inChunks(len(p.rows), func(k, lo, hi int) error {
-		args = append(args[:0], now)
-		for _, r := range p.rows[lo:hi] {
-			args = append(args, seqs[p.events[r.Event].ID], r.Sub, string(r.Status), r.Key)
+	// The rows go in in plan order (among deliveries due at once, a subscriber's are claimed in
+	// seq order), each run of plain rows, all of them in a group without coalescing, binding two
+	// values a row instead of four.
+	for lo := 0; lo < len(p.rows); {
+		plain, hi := p.rows[lo].plain(), lo+1
+		for hi < len(p.rows) && p.rows[hi].plain() == plain {
+			hi++
 		}
-		_, err := p.s.exec(ctx, tx, insertDeliveriesSQL[k], args...)
-		return err
-	})
-	if err != nil {
-		return err
+		run := p.rows[lo:hi]
+		err := inChunks(len(run), func(k, i, j int) error {
+			args = append(args[:0], now)
+			for _, r := range run[i:j] {
+				if plain {
+					args = append(args, r.Event, r.Sub)
+				} else {
+					args = append(args, r.Event, r.Sub, string(r.Status), r.Key)
+				}
+			}
+			q := insertDeliveriesSQL[k]
+			if plain {
+				q = insertPlainDeliveriesSQL[k]
+			}
+			_, err := p.s.exec(ctx, tx, q, args...)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		lo = hi
 	}
 	return p.countRows(ctx, tx)
 }
@@ -510,13 +528,19 @@ func valuesSQL(n, k int) string {
 	return "VALUES " + strings.Repeat(row+", ", n-1) + row
 }
 
-// insertEventsSQL inserts events (id, type, body, hash, coalesce key) and return their seqs.
-var insertEventsSQL = insertChunksSQL("events", "id, type, body, body_hash, coalesce_key, created_at", 5, "t.now", " RETURNING id, seq")
+// insertEventsSQL inserts events (seq, id, type, body, hash, coalesce key).
+var insertEventsSQL = insertChunksSQL("events", "seq, id, type, body, body_hash, coalesce_key, created_at", 6, "t.now", "")
 
 // insertDeliveriesSQL inserts deliveries (event seq, subscriber, status, coalesce key) due now.
 var insertDeliveriesSQL = insertChunksSQL("deliveries",
 	"event_seq, subscriber_id, status, coalesce_key, next_attempt_at, age_from, created_at, updated_at", 4,
 	"t.now, t.now, t.now, t.now", "")
+
+// insertPlainDeliveriesSQL inserts pending deliveries without a coalesce key (event seq,
+// subscriber) due now.
+var insertPlainDeliveriesSQL = insertChunksSQL("deliveries",
+	"event_seq, subscriber_id, status, coalesce_key, next_attempt_at, age_from, created_at, updated_at", 2,
+	"'pending', '', t.now, t.now, t.now, t.now", "")
 
 // countRows adds the inserted deliveries to queue_counts (no trigger counts inserts).
 func (p *groupPlan) countRows(ctx context.Context, tx *sql.Tx) error {

@@ -612,6 +612,49 @@ func TestCoalescingSupersedesOlderPending(t *testing.T) {
 	}
 }
 
+// TestGroupWritesRowsInEventOrder: one group mixing plain delivery rows with coalesced ones (a key,
+// a status other than pending) writes every subscriber's deliveries in the order of its events,
+// which is the order claiming takes deliveries due at the same time.
+func TestGroupWritesRowsInEventOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "co", Coalesce: &wire.CoalesceRule{EventTypes: []string{"rank"}, Key: "video_id", WindowSeconds: 10}})
+	mustSub(t, s, SubscriberInput{ID: "plain"})
+	mustEmit(t, s, "e0", "other", `{}`)
+	var batch []EmitInput
+	for i, typ := range []string{"rank", "trend", "rank", "trend", "trend"} {
+		batch = append(batch, EmitInput{ID: fmt.Sprintf("e%d", i+1), Type: typ, Body: []byte(`{"video_id":"v1"}`)})
+	}
+	if _, err := s.EmitBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT d.subscriber_id, e.id, e.seq, d.status, d.coalesce_key FROM deliveries d JOIN events e ON e.seq = d.event_seq ORDER BY d.seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	got := map[string][]string{}
+	for rows.Next() {
+		var sub, id, status, key string
+		var seq int
+		if err := rows.Scan(&sub, &id, &seq, &status, &key); err != nil {
+			t.Fatal(err)
+		}
+		got[sub] = append(got[sub], fmt.Sprintf("%s/%d %s %s", id, seq, status, key))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		"co":    {"e0/1 pending ", "e1/2 superseded v1", "e2/3 pending ", "e3/4 pending v1", "e4/5 pending ", "e5/6 pending "},
+		"plain": {"e0/1 pending ", "e1/2 pending ", "e2/3 pending ", "e3/4 pending ", "e4/5 pending ", "e5/6 pending "},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("deliveries in seq order:\n%v\nwant\n%v", got, want)
+	}
+}
+
 func TestBacklogOverflowDeadLettersOldest(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

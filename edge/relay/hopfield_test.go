@@ -9,7 +9,8 @@ import (
 )
 
 // TestHopFieldNames: hopText reads each hop header (wire's name, lower-cased) into its own HopText
-// field, and no name of the same length with any one byte changed into any field.
+// field, and no name of the same length with any one byte changed (in its lowest bit or its case
+// bit), nor one byte shorter or longer, into any field.
 func TestHopFieldNames(t *testing.T) {
 	t.Parallel()
 	var h Header
@@ -25,11 +26,17 @@ func TestHopFieldNames(t *testing.T) {
 		t.Fatalf("hopText = %+v, want %+v", got, want)
 	}
 	for _, f := range h {
+		misses := []string{f.Name[:len(f.Name)-1], f.Name + "d"}
 		for i := range f.Name {
-			b := []byte(f.Name)
-			b[i] ^= 0x20
-			if got := hopText(Header{{string(b), "v"}}); got != (signature.HopText{}) {
-				t.Errorf("%q (a near miss of %s) is read as %+v", b, f.Name, got)
+			for _, bit := range []byte{0x01, 0x20} {
+				b := []byte(f.Name)
+				b[i] ^= bit
+				misses = append(misses, string(b))
+			}
+		}
+		for _, m := range misses {
+			if got := hopText(Header{{m, "v"}}); got != (signature.HopText{}) {
+				t.Errorf("%q (a near miss of %s) is read as %+v", m, f.Name, got)
 			}
 		}
 	}

@@ -154,14 +154,8 @@ type HopText struct {
 // Parse sets h's fields from t, with ParseHopHeaders' checks and errors; the signature is
 // t.Signature. It does not Validate the fields.
 func (t *HopText) Parse(h *Hop) error {
-	for _, f := range [...][2]string{
-		{wire.HeaderDeliveryID, t.DeliveryID}, {wire.HeaderSubscriberID, t.SubscriberID},
-		{wire.HeaderEventType, t.EventType}, {wire.HeaderAttempt, t.Attempt},
-		{wire.HeaderHopTimestamp, t.Timestamp}, {wire.HeaderHopSignature, t.Signature},
-	} {
-		if f[1] == "" {
-			return fmt.Errorf("%w: %s", ErrMissing, f[0])
-		}
+	if t.DeliveryID == "" || t.SubscriberID == "" || t.EventType == "" || t.Attempt == "" || t.Timestamp == "" || t.Signature == "" {
+		return t.missing()
 	}
 	n, ok := parseCanonicalInt(t.Attempt, 0)
 	if !ok {
@@ -172,6 +166,20 @@ func (t *HopText) Parse(h *Hop) error {
 		return fmt.Errorf("%w: %s %q is not plain decimal unix seconds", ErrMalformed, wire.HeaderHopTimestamp, t.Timestamp)
 	}
 	*h = Hop{DeliveryID: t.DeliveryID, SubscriberID: t.SubscriberID, EventType: t.EventType, CoalesceKey: t.CoalesceKey, Attempt: int(n), Timestamp: ts}
+	return nil
+}
+
+// missing names the first required header t lacks, for Parse.
+func (t *HopText) missing() error {
+	for _, f := range [...][2]string{
+		{wire.HeaderDeliveryID, t.DeliveryID}, {wire.HeaderSubscriberID, t.SubscriberID},
+		{wire.HeaderEventType, t.EventType}, {wire.HeaderAttempt, t.Attempt},
+		{wire.HeaderHopTimestamp, t.Timestamp}, {wire.HeaderHopSignature, t.Signature},
+	} {
+		if f[1] == "" {
+			return fmt.Errorf("%w: %s", ErrMissing, f[0])
+		}
+	}
 	return nil
 }
 

@@ -153,52 +153,44 @@ var (
 )
 
 // hopText collects the hop headers in one pass over the request's: looking each up would scan the
-// headers seven times (~40 calls per request in the WASM builds, BenchmarkGuestCalls).
+// headers seven times (~40 calls per request in the WASM builds, BenchmarkGuestCalls). For each
+// header it dispatches on the name's length and compares the name in 8-byte words, which compile
+// to one load and one comparison each for GOARCH=wasm (see load64), whereas comparing strings is a
+// call of memequal and of its byte loop there. TestHopFieldNames pins the names to wire's.
 func hopText(h Header) (t signature.HopText) {
 	for i := range h {
-		if f := hopField(&t, h[i].Name); f != nil {
+		k := h[i].Name
+		if !isHopName(k) {
+			continue
+		}
+		var f *string
+		var name string
+		switch len(k) {
+		case len(wire.HeaderAttempt):
+			f, name = &t.Attempt, hopAttempt
+		case len(wire.HeaderHopTimestamp): // and wire.HeaderHopSignature
+			f, name = &t.Timestamp, hopTimestamp
+			if k[len(hopPrefix)] == hopSignature[len(hopPrefix)] {
+				f, name = &t.Signature, hopSignature
+			}
+		case len(wire.HeaderEventType):
+			f, name = &t.EventType, hopEventType
+		case len(wire.HeaderDeliveryID):
+			f, name = &t.DeliveryID, hopDeliveryID
+		case len(wire.HeaderCoalesceKey):
+			f, name = &t.CoalesceKey, hopCoalesceKey
+		case len(wire.HeaderSubscriberID):
+			f, name = &t.SubscriberID, hopSubscriberID
+		default:
+			continue
+		}
+		// isHopName compared the first eight bytes; every name is 16 to 24 bytes long, so two
+		// words, overlapping for the shorter ones, cover the rest.
+		if load64(k[8:]) == load64(name[8:]) && load64(k[len(k)-8:]) == load64(name[len(name)-8:]) {
 			*f = h[i].Value
 		}
 	}
 	return t
-}
-
-// hopField returns where t keeps the value of the hop header named k (lower-case), or nil when k
-// names no hop header. It dispatches on the length and compares the name in 8-byte words, which
-// compile to one load and one comparison each for GOARCH=wasm (see load64), whereas comparing
-// strings is a call of memequal and of its byte loop there (14 calls per request,
-// BenchmarkGuestCalls). TestHopFieldNames pins the names to wire's.
-func hopField(t *signature.HopText, k string) *string {
-	if !isHopName(k) {
-		return nil
-	}
-	var f *string
-	var name string
-	switch len(k) {
-	case len(wire.HeaderAttempt):
-		f, name = &t.Attempt, hopAttempt
-	case len(wire.HeaderHopTimestamp): // and wire.HeaderHopSignature
-		f, name = &t.Timestamp, hopTimestamp
-		if k[len(hopPrefix)] == hopSignature[len(hopPrefix)] {
-			f, name = &t.Signature, hopSignature
-		}
-	case len(wire.HeaderEventType):
-		f, name = &t.EventType, hopEventType
-	case len(wire.HeaderDeliveryID):
-		f, name = &t.DeliveryID, hopDeliveryID
-	case len(wire.HeaderCoalesceKey):
-		f, name = &t.CoalesceKey, hopCoalesceKey
-	case len(wire.HeaderSubscriberID):
-		f, name = &t.SubscriberID, hopSubscriberID
-	default:
-		return nil
-	}
-	// isHopName compared the first eight bytes; every name is 16 to 24 bytes long, so two words,
-	// overlapping for the shorter ones, cover the rest.
-	if load64(k[8:]) == load64(name[8:]) && load64(k[len(k)-8:]) == load64(name[len(name)-8:]) {
-		return f
-	}
-	return nil
 }
 
 // The hop headers' names, lower-case.
@@ -326,8 +318,12 @@ const hopPrefix = "edgehook-"
 // of a request (hopText, stripped), it compares a word and a byte: for GOARCH=wasm comparing a
 // nine-byte string is a call of memequal (~20 calls per request, BenchmarkGuestCalls).
 func isHopName(k string) bool {
-	return len(k) >= len(hopPrefix) && load64(k) == load64(hopPrefix) && k[8] == hopPrefix[8]
+	return len(k) >= len(hopPrefix) && k[8] == '-' && load64(k) == hopWord
 }
+
+// hopWord is hopPrefix's first eight bytes as load64 reads them: a variable, so that isHopName is
+// small enough to inline.
+var hopWord = load64(hopPrefix)
 
 const keyContentType = "content-type"
 

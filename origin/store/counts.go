@@ -39,7 +39,7 @@ func (c countDeltas) write(ctx context.Context, s *Store, tx *sql.Tx) error {
 	rows := len(args) / 3
 	list := args
 	return padded(rows, func(k, lo, hi int) error {
-		chunk := append(make([]any, 0, 3*rowChunks[k]), list[3*lo:3*hi]...)
+		chunk := append(make([]any, 0, 3*padChunks[k]), list[3*lo:3*hi]...)
 		_, err := s.exec(ctx, tx, writeCountsSQL[k], padNulls(chunk, k, hi-lo, 3)...)
 		return err
 	})

@@ -67,8 +67,8 @@ type Settlement struct {
 // lease token, so a worker whose lease expired and was re-claimed cannot overwrite the new owner;
 // such settlements are skipped and counted in stale.
 //
-// The whole batch is a few UPDATE … FROM (VALUES …) and INSERTs of attempts (prepared statements
-// of rowChunks rows), then at most one read and one write of the limiter rows touched: the number
+// The whole batch is an UPDATE … FROM (VALUES …) and an INSERT of attempts (prepared statements
+// of padChunks rows, padded), then at most one read and one write of the limiter rows touched: the number
 // of statements, not of rows, is what a batch costs.
 func (s *Store) Settle(ctx context.Context, now time.Time, policy CircuitPolicy, items []Settlement) (stale int, err error) {
 	if len(items) == 0 {
@@ -209,13 +209,13 @@ const unsentStatus = `CASE WHEN (SELECT state FROM subscribers WHERE id = delive
 // it walks the batch and looks each delivery up by its primary key.
 func (s *Store) settleDeliveries(ctx context.Context, tx *sql.Tx, batch []settleRow, now int64, c countDeltas) (map[int64]int, error) {
 	out := map[int64]int{}
-	args := make([]any, 0, 1+9*rowChunks[0])
-	err := inChunks(len(batch), func(k, lo, hi int) error {
+	args := make([]any, 0, 1+9*len(batch))
+	err := padded(len(batch), func(k, lo, hi int) error {
 		args = append(args[:0], now)
 		for _, r := range batch[lo:hi] {
 			args = append(args, r.Seq, r.Token, r.Status, r.Inc, r.Next, r.Reason, r.KeepLast, r.Code, r.Error)
 		}
-		rows, err := s.query(ctx, tx, settleSQL[k], args...)
+		rows, err := s.query(ctx, tx, settleSQL[k], padNulls(args, k, hi-lo, 9)...)
 		if err != nil {
 			return err
 		}
@@ -261,7 +261,7 @@ func (s *Store) countDelivered(ctx context.Context, tx *sql.Tx, settled countDel
 	}
 	list := args[1:]
 	return padded(rows, func(k, lo, hi int) error {
-		chunk := append(append(make([]any, 0, 1+2*rowChunks[k]), sec), list[2*lo:2*hi]...)
+		chunk := append(append(make([]any, 0, 1+2*padChunks[k]), sec), list[2*lo:2*hi]...)
 		_, err := s.exec(ctx, tx, countDeliveredSQL[k], padNulls(chunk, k, hi-lo, 2)...)
 		return err
 	})
@@ -275,10 +275,10 @@ var countDeliveredSQL = chunkSQL(2, func(values string) string {
 		ON CONFLICT(second, subscriber_id) DO UPDATE SET n = n + excluded.n`
 })
 
-// settleSQL settles a chunk of rowChunks rows: parameters now, then each settleRow's fields.
-var settleSQL = func() (out [len(rowChunks)]string) {
-	for i, n := range rowChunks {
-		out[i] = `UPDATE deliveries SET
+// settleSQL settles a chunk of padChunks rows: parameters now, then each settleRow's fields (a
+// padding row's NULL seq matches no delivery).
+var settleSQL = chunkSQL(9, func(values string) string {
+	return `UPDATE deliveries SET
 			status = CASE j.status WHEN 'unsent' THEN ` + unsentStatus + ` ELSE j.status END,
 			attempts = deliveries.attempts + j.inc,
 			next_attempt_at = CASE WHEN j.next > 0 THEN j.next ELSE deliveries.next_attempt_at END,
@@ -288,12 +288,10 @@ var settleSQL = func() (out [len(rowChunks)]string) {
 			delivered_at = CASE WHEN j.status = 'delivered' THEN t.now ELSE deliveries.delivered_at END,
 			lease_token = '', lease_expires_at = 0, updated_at = t.now
 		FROM (SELECT ? AS now) AS t, (SELECT column1 AS seq, column2 AS token, column3 AS status, column4 AS inc, column5 AS next,
-				column6 AS reason, column7 AS keep_last, column8 AS code, column9 AS error FROM (` + valuesSQL(n, 9) + `)) AS j
+				column6 AS reason, column7 AS keep_last, column8 AS code, column9 AS error FROM (` + values + `)) AS j
 		WHERE deliveries.seq = j.seq AND deliveries.lease_token = j.token AND +deliveries.status = 'leased'
 		RETURNING seq, attempts, subscriber_id, status`
-	}
-	return out
-}()
+})
 
 // logAttempts inserts the attempt records of the settled items in one statement.
 func (s *Store) logAttempts(ctx context.Context, tx *sql.Tx, items []Settlement, done map[int64]int) error {
@@ -308,15 +306,19 @@ func (s *Store) logAttempts(ctx context.Context, tx *sql.Tx, items []Settlement,
 			list = append(list, it.Seq, number, ms(a.At), a.Status, a.LatencyMS, a.Outcome, a.Error, a.Excerpt)
 		}
 	}
-	return inChunks(len(list)/8, func(k, lo, hi int) error {
-		_, err := s.exec(ctx, tx, insertAttemptsSQL[k], list[lo*8:hi*8]...)
+	return padded(len(list)/8, func(k, lo, hi int) error {
+		chunk := append(make([]any, 0, 8*padChunks[k]), list[lo*8:hi*8]...)
+		_, err := s.exec(ctx, tx, insertAttemptsSQL[k], padNulls(chunk, k, hi-lo, 8)...)
 		return err
 	})
 }
 
 // insertAttemptsSQL inserts attempt records (delivery, number, at, status, latency, outcome,
 // error, excerpt).
-var insertAttemptsSQL = insertChunksSQL("attempts", "delivery_seq, number, at, status, latency_ms, outcome, error, excerpt", 8, "", "")
+var insertAttemptsSQL = chunkSQL(8, func(values string) string {
+	return `INSERT INTO attempts(delivery_seq, number, at, status, latency_ms, outcome, error, excerpt)
+		SELECT * FROM (` + values + `) WHERE column1 IS NOT NULL`
+})
 
 // limiterState is the part of a subscriber's limiter row that settling changes.
 type limiterState struct {

@@ -191,7 +191,7 @@ func (s *Store) commitGroup(group []*emitReq) {
 	// Not the callers' contexts: one caller giving up must not abort the others' transaction.
 	ctx := context.Background()
 	var superseded, overflow int64
-	created := 0
+	claimable := 0
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		subs, err := s.matchingSubscribers(ctx, tx)
 		if err != nil {
@@ -209,7 +209,7 @@ func (s *Store) commitGroup(group []*emitReq) {
 		if err := p.write(ctx, tx, ms(s.Now())); err != nil {
 			return err
 		}
-		superseded, created = p.superseded, p.created
+		superseded, claimable = p.superseded, p.claimable
 		overflow, err = s.trimBacklogs(ctx, tx, p.pending)
 		return err
 	})
@@ -222,7 +222,9 @@ func (s *Store) commitGroup(group []*emitReq) {
 	if err == nil {
 		s.commits.Add(1)
 		s.counters.add(superseded, overflow)
-		if created > 0 {
+		// Deliveries to paused subscribers cannot be claimed: waking the engine for them only put
+		// an empty claim transaction in the way of the next commit, once per commit.
+		if claimable > 0 {
 			select {
 			case s.wake <- struct{}{}:
 			default:
@@ -277,7 +279,7 @@ type groupPlan struct {
 	latest     map[[2]string]int       // (subscriber, coalesce key) → index in rows of the newest
 	firstKey   map[[2]string]resultRef // (subscriber, coalesce key) → the first event that supersedes stored rows
 	dups       map[int64][]resultRef   // stored event seq → re-emits of it
-	created    int
+	claimable  int                     // deliveries created for active subscribers
 	superseded int64
 }
 
@@ -419,12 +421,14 @@ func (p *groupPlan) add(r *emitReq) {
 				p.latest[k] = len(p.rows)
 			}
 			p.rows = append(p.rows, newDelivery{Event: ev, Sub: sub.ID, Key: key, Status: StatusPending})
+			if sub.State == StateActive {
+				p.claimable++
+			}
 			res.Deliveries++
 			p.pending[sub.ID]++
 		}
 		p.known[in.ID] = &storedEvent{hash: sum, deliveries: res.Deliveries}
 		p.depth += int64(res.Deliveries)
-		p.created += res.Deliveries
 		p.superseded += int64(res.Superseded)
 	}
 }

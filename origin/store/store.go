@@ -292,8 +292,9 @@ func (s *Store) Close() error {
 // Now returns the store's clock reading.
 func (s *Store) Now() time.Time { return s.opts.Now() }
 
-// Wake is signalled (without blocking, coalesced) after every emit that created deliveries, so an
-// engine in the same process can claim at once instead of waiting for its next poll.
+// Wake is signalled (without blocking, coalesced) after every emit that created deliveries for
+// active subscribers, so an engine in the same process can claim at once instead of waiting for
+// its next poll.
 func (s *Store) Wake() <-chan struct{} { return s.wake }
 
 //go:embed migrations/*.sql

@@ -655,6 +655,35 @@ func TestGroupWritesRowsInEventOrder(t *testing.T) {
 	}
 }
 
+// TestWakeOnlyForClaimableDeliveries: an emit whose deliveries all belong to paused subscribers
+// does not wake the engine (a claim could take none of them); one with a delivery for an active
+// subscriber does.
+func TestWakeOnlyForClaimableDeliveries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "held", Events: []string{"*"}})
+	mustSub(t, s, SubscriberInput{ID: "live", Events: []string{"live"}})
+	if _, err := s.PauseSubscriber(ctx, "held", "test"); err != nil {
+		t.Fatal(err)
+	}
+	// The committer wakes after answering, in commit order: once the second emit is answered, the
+	// first emit's turn to wake has passed.
+	mustEmit(t, s, "p1", "held.only", `{}`)
+	mustEmit(t, s, "p2", "held.only", `{}`)
+	select {
+	case <-s.Wake():
+		t.Fatal("an emit for a paused subscriber alone woke the engine")
+	default:
+	}
+	mustEmit(t, s, "a1", "live", `{}`)
+	select {
+	case <-s.Wake():
+	case <-time.After(30 * time.Second):
+		t.Fatal("an emit for an active subscriber did not wake the engine")
+	}
+}
+
 func TestBacklogOverflowDeadLettersOldest(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -299,7 +299,7 @@ const topCallers = 12
 
 // BenchmarkGuestCalls counts, per 1 KB request with the stub upstream (and per request rejected at
 // once, for the floor), the guest's function calls, its allocations (calls of runtime.mallocgc)
-// and its calls of host functions (the host's refuel among them, about one per request). Unlike
+// and its calls of host functions (the host's refuel among them, about one every four requests). Unlike
 // times these counts do not depend on the machine's load. The guest's garbage collections are averaged in, so the
 // figures are comparable at the same -benchtime (make bench-harness: 5000). The listener slows the
 // calls; its times mean nothing.

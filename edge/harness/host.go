@@ -380,7 +380,7 @@ func (h *Host) instantiateHostModule(ctx context.Context) error {
 	}
 	def(abi.KVGetAllFunc, h.kvGetAll, []api.ValueType{i32, i32}, []api.ValueType{i64})
 	def(abi.KVPutFunc, h.kvPut, []api.ValueType{i32, i32, i32, i32, i32, i64}, []api.ValueType{i64})
-	def(abi.UpstreamFunc, h.upstream, []api.ValueType{i32, i32}, []api.ValueType{i64})
+	def(abi.UpstreamFunc, h.upstream, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64})
 	def(abi.TakeFunc, take, []api.ValueType{i32}, nil)
 	def(abi.NowFunc, h.now, nil, []api.ValueType{i64})
 	def(abi.LogFunc, h.logLine, []api.ValueType{i32, i32}, nil)
@@ -496,16 +496,25 @@ func (h *Host) upstream(ctx context.Context, m api.Module, stack []uint64) {
 		stack[0] = in.result(abi.CodeError, []byte(err.Error()))
 	default:
 		in.answer = abi.EncodeUpstreamResponse(in.answer[:0], resp)
+		if out, outCap := uint32(stack[2]), uint32(stack[3]); len(in.answer) <= int(outCap) { // it fits: nothing to take
+			if !m.Memory().Write(out, in.answer) {
+				panic(fmt.Sprintf("guest passed %d bytes at %#x for the answer, outside memory", outCap, out))
+			}
+			in.pending = nil
+			stack[0] = abi.Result(abi.CodeOK, len(in.answer))
+			return
+		}
 		stack[0] = in.result(abi.CodeOK, in.answer)
 	}
 }
 
 // refuelFunc is the function internal/fuel makes the module import, and fuelPerRefuel the loop
-// iterations it allows each time: about one call per request, and a few microseconds at most
-// (a few hundred µs for a loop of long bodies) between two chances to stop the guest.
+// iterations it allows each time: about one call every four requests (each a host call, ~70 ns),
+// and some ten microseconds at most (about a millisecond for a loop of long bodies) between two
+// chances to stop the guest.
 const (
 	refuelFunc    = "refuel"
-	fuelPerRefuel = 1000
+	fuelPerRefuel = 4000
 )
 
 // refuel traps a call that must end and otherwise lets it run on. It also runs in _initialize,

@@ -326,3 +326,26 @@ func TestHostKVResultsRepeatedAndChanged(t *testing.T) {
 		t.Fatalf("subscribers received %d and %d requests, want 3 and 3", n1, n2)
 	}
 }
+
+// An upstream answer too large for the guest's buffer is left with the host and taken into a
+// larger one (abi.UpstreamFunc); smaller answers after it are written straight into that buffer.
+func TestHostUpstreamAnswerLargerThanTheGuestBuffer(t *testing.T) {
+	body := []byte(strings.Repeat("b", wire.MaxExcerptBytes))
+	answer := func(status int, extra int) func(context.Context) (*relay.UpstreamResponse, error) {
+		return func(context.Context) (*relay.UpstreamResponse, error) {
+			h := relay.Header{{Name: "x-padding", Value: strings.Repeat("p", extra)}, {Name: "content-type", Value: "text/plain"}}
+			return &relay.UpstreamResponse{Status: status, Header: h, Body: body}, nil
+		}
+	}
+	up := &scriptedUpstream{script: []func(context.Context) (*relay.UpstreamResponse, error){answer(201, 10), answer(202, 8000), answer(203, 10)}}
+	e := newHost(t, up, 1, 10*time.Second)
+	e.addSubscriber(t, "sub_1", "http://127.0.0.1:1/unused")
+	for i, want := range []int{201, 202, 203} {
+		resp := e.host.Handle(context.Background(), signedRequest(fmt.Sprintf("del_%d", i), "sub_1", []byte("{}"), time.Now()))
+		if resp.Status != want || outcome(resp) != string(wire.OutcomeForwarded) || string(resp.Body) != string(body) ||
+			resp.Header.Get("content-type") != "text/plain" {
+			t.Fatalf("answer %d: %d %q, %d bytes of body, content-type %q (%s); want %d forwarded with the subscriber's body",
+				i, resp.Status, outcome(resp), len(resp.Body), resp.Header.Get("content-type"), resp.Detail, want)
+		}
+	}
+}

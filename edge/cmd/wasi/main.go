@@ -112,7 +112,7 @@ func hostKVGetAll(iovPtr, count uint32) uint64
 func hostKVPut(ns, keyPtr, keyLen, valPtr, valLen uint32, ttlSeconds int64) uint64
 
 //go:wasmimport edgehook upstream
-func hostUpstream(reqPtr, reqLen uint32) uint64
+func hostUpstream(reqPtr, reqLen, outPtr, outCap uint32) uint64
 
 //go:wasmimport edgehook take
 func hostTake(dst uint32)
@@ -190,17 +190,23 @@ var (
 	upstreamResp            relay.UpstreamResponse
 )
 
+// upstreamInSize is upstreamIn's first size, which the host writes answers into at once: room for
+// the longest excerpt of a subscriber's body and a few headers.
+const upstreamInSize = wire.MaxExcerptBytes + 1024
+
 func (upstream) Do(_ context.Context, req *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
 	upstreamBuf = abi.EncodeUpstreamRequest(upstreamBuf[:0], req)
-	code, n := abi.SplitResult(hostUpstream(addr(upstreamBuf), uint32(len(upstreamBuf))))
+	if upstreamIn == nil {
+		upstreamIn = make([]byte, upstreamInSize)
+	}
+	upstreamIn = upstreamIn[:cap(upstreamIn)]
+	code, n := abi.SplitResult(hostUpstream(addr(upstreamBuf), uint32(len(upstreamBuf)), addr(upstreamIn), uint32(len(upstreamIn))))
 	if code == abi.CodeOK {
-		if uint32(cap(upstreamIn)) < n {
+		if n > uint32(len(upstreamIn)) { // the host kept it: take it into a larger buffer
 			upstreamIn = make([]byte, n)
-		}
-		upstreamIn = upstreamIn[:n]
-		if n > 0 {
 			hostTake(addr(upstreamIn))
 		}
+		upstreamIn = upstreamIn[:n]
 		if err := abi.DecodeUpstreamResponse(&upstreamResp, upstreamIn); err != nil {
 			return nil, err
 		}

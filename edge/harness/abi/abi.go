@@ -13,7 +13,8 @@
 //
 // An import that answers with bytes (KV get, the upstream request) leaves them with the host and
 // returns Result(code, length); the guest then allocates length bytes and calls TakeFunc to have
-// them copied in. Nothing is ever written into guest memory the guest did not hand out for it.
+// them copied in, unless it handed out a buffer the answer fits in (UpstreamFunc). Nothing is ever
+// written into guest memory the guest did not hand out for it.
 //
 // # Encoding
 //
@@ -36,8 +37,10 @@ const (
 	// KVPutFunc(ns, keyPtr, keyLen, valPtr, valLen u32, ttlSeconds i64) → u64 Result: CodeOK, or
 	// CodeError with a message.
 	KVPutFunc = "kv_put"
-	// UpstreamFunc(reqPtr, reqLen u32) → u64 Result: CodeOK with an encoded
-	// relay.UpstreamResponse, CodeTimeout or CodeError with a message.
+	// UpstreamFunc(reqPtr, reqLen, outPtr, outCap u32) → u64 Result: CodeOK with an encoded
+	// relay.UpstreamResponse, CodeTimeout or CodeError with a message. An answer of CodeOK that
+	// fits in outCap bytes is already written at outPtr, with nothing to take: a request takes
+	// one host call, not two, when the guest's buffer is large enough.
 	UpstreamFunc = "upstream"
 	// TakeFunc(dst u32) copies the bytes of the last Result into guest memory at dst.
 	TakeFunc = "take"

@@ -27,6 +27,8 @@ type Engine struct {
 	m    *metrics
 	http *senders
 	pace *pacer
+	// userAgent is every request's User-Agent value (read only).
+	userAgent []string
 
 	mu      sync.Mutex
 	stop    context.CancelFunc // stops the daemon's claiming; nil when not running
@@ -47,7 +49,7 @@ func New(st *store.Store, cfg Config, logger *slog.Logger, reg prometheus.Regist
 	if err != nil {
 		return nil, err
 	}
-	return &Engine{st: st, cfg: cfg, log: logger, m: m, http: newSenders(&cfg), pace: newPacer()}, nil
+	return &Engine{st: st, cfg: cfg, log: logger, m: m, http: newSenders(&cfg), pace: newPacer(), userAgent: []string{cfg.UserAgent()}}, nil
 }
 
 // Start runs the engine in the background until Stop is called or ctx is cancelled (which stops

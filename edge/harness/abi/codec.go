@@ -80,11 +80,16 @@ func EncodeResponse(dst []byte, r *relay.Response) []byte {
 	return appendString(dst, r.Detail)
 }
 
-// DecodeResponse decodes a response; its header strings and Body alias b.
+// DecodeResponse decodes a response; its strings and Body alias b. The response and up to four
+// header fields, as many as the relay's answers have, take one allocation.
 func DecodeResponse(b []byte) (*relay.Response, error) {
 	d := decoder{b: b}
-	r := &relay.Response{Status: int(d.uint32()), Header: d.header(nil), Body: d.bytes(), Detail: d.string()}
-	return r, d.done("response")
+	r := new(struct {
+		relay.Response
+		fields [4]relay.Field
+	})
+	r.Response = relay.Response{Status: int(d.uint32()), Header: d.header(r.fields[:0]), Body: d.bytes(), Detail: d.string()}
+	return &r.Response, d.done("response")
 }
 
 // EncodeUpstreamRequest appends the encoding of r to dst.
@@ -95,10 +100,16 @@ func EncodeUpstreamRequest(dst []byte, r *relay.UpstreamRequest) []byte {
 	return binary.LittleEndian.AppendUint64(dst, uint64(r.Timeout))
 }
 
-// DecodeUpstreamRequest decodes an upstream request; its header strings and Body alias b.
+// DecodeUpstreamRequest decodes an upstream request; its strings and Body alias b. The request and
+// up to sixteen header fields take one allocation.
 func DecodeUpstreamRequest(b []byte) (*relay.UpstreamRequest, error) {
 	d := decoder{b: b}
-	r := &relay.UpstreamRequest{URL: d.string(), Header: d.header(nil), Body: d.bytes()}
+	u := new(struct {
+		relay.UpstreamRequest
+		fields [16]relay.Field
+	})
+	r := &u.UpstreamRequest
+	*r = relay.UpstreamRequest{URL: d.string(), Header: d.header(u.fields[:0]), Body: d.bytes()}
 	if t := d.uint64(); t <= math.MaxInt64 {
 		r.Timeout = time.Duration(t)
 	} else {
@@ -225,7 +236,11 @@ func (d *decoder) bytes() []byte {
 	return v
 }
 
-func (d *decoder) string() string { return string(d.bytes()) }
+// string returns the next string as a view of the message, which callers own (see header).
+func (d *decoder) string() string {
+	b := d.bytes()
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
 
 // header decodes a header map into dst's array when it has room, or a new one.
 func (d *decoder) header(dst relay.Header) relay.Header {

@@ -44,10 +44,10 @@ func setup() (*relay.Relay, error) {
 		return nil, err
 	}
 	return relay.New(cfg, relay.Deps{
-		Subscribers: kv(abi.NamespaceSubscribers),
-		Dedup:       kv(abi.NamespaceDedup),
-		Upstream:    upstream{},
-		Clock:       clock{},
+		Subscribers: &kv{abi.NamespaceSubscribers},
+		Dedup:       &kv{abi.NamespaceDedup},
+		Upstream:    &upstream{},
+		Clock:       &clock{},
 		ReadAll:     readAll,
 	})
 }
@@ -132,8 +132,10 @@ func take(length uint32) []byte {
 	return b
 }
 
-// kv is one host KV namespace.
-type kv uint32
+// kv is one host KV namespace. kv, upstream and clock implement the relay's dependencies with
+// pointer receivers: an interface holding a value calls its method through a generated pointer
+// wrapper, one more call per use in the WASM build.
+type kv struct{ ns uint32 }
 
 // iov is reused for every readAll: the host reads it before it returns. kvResults is the host's
 // last answer, which it may send again as abi.CodeSame.
@@ -147,7 +149,7 @@ var (
 func readAll(_ context.Context, reads []relay.KVRead) {
 	iov = iov[:0]
 	for _, r := range reads {
-		iov = append(iov, uint32(r.KV.(kv)), addrString(r.Key), uint32(len(r.Key)))
+		iov = append(iov, r.KV.(*kv).ns, addrString(r.Key), uint32(len(r.Key)))
 	}
 	code, n := abi.SplitResult(hostKVGetAll(uint32(uintptr(unsafe.Pointer(unsafe.SliceData(iov)))), uint32(len(reads))))
 	switch {
@@ -165,14 +167,14 @@ func readAll(_ context.Context, reads []relay.KVRead) {
 	}
 }
 
-func (ns kv) Get(ctx context.Context, key string) (string, bool, error) {
+func (ns *kv) Get(ctx context.Context, key string) (string, bool, error) {
 	r := []relay.KVRead{{KV: ns, Key: key}}
 	readAll(ctx, r)
 	return r[0].Value, r[0].Found, r[0].Err
 }
 
-func (ns kv) Put(_ context.Context, key, value string, ttl time.Duration) error {
-	code, n := abi.SplitResult(hostKVPut(uint32(ns), addrString(key), uint32(len(key)), addrString(value), uint32(len(value)), int64(ttl/time.Second)))
+func (ns *kv) Put(_ context.Context, key, value string, ttl time.Duration) error {
+	code, n := abi.SplitResult(hostKVPut(ns.ns, addrString(key), uint32(len(key)), addrString(value), uint32(len(value)), int64(ttl/time.Second)))
 	if code != abi.CodeOK {
 		return abi.HostError(take(n))
 	}
@@ -194,7 +196,7 @@ var (
 // the longest excerpt of a subscriber's body and a few headers.
 const upstreamInSize = wire.MaxExcerptBytes + 1024
 
-func (upstream) Do(_ context.Context, req *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
+func (*upstream) Do(_ context.Context, req *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
 	upstreamBuf = abi.EncodeUpstreamRequest(upstreamBuf[:0], req)
 	if upstreamIn == nil {
 		upstreamIn = make([]byte, upstreamInSize)
@@ -228,6 +230,6 @@ func (e timeoutError) Unwrap() error { return relay.ErrUpstreamTimeout }
 
 type clock struct{}
 
-func (clock) Now() time.Time { return time.Unix(0, hostNow()) }
+func (*clock) Now() time.Time { return time.Unix(0, hostNow()) }
 
 func logLine(s string) { hostLog(addrString(s), uint32(len(s))) }

@@ -181,7 +181,7 @@ func (s *Store) gather(first *emitReq, wait bool) []*emitReq {
 //
 // The whole group is written with a few statements whatever its size, each prepared once (see
 // Store.exec): the group is planned in Go first (idempotency, conflicts, the global cap,
-// coalescing), then its events and deliveries are bound into multi-row INSERTs (inChunks), its
+// coalescing), then its events and deliveries are bound into multi-row INSERTs (padded), its
 // supersedes are one statement over a JSON array, and queue_counts gets one upsert. Arrays of
 // objects are read with jsonb_each, not json_each: json_each renders each object back to JSON
 // text, which every ->> then parses again; jsonb_each hands ->> the parsed binary form. No
@@ -441,13 +441,13 @@ func (p *groupPlan) write(ctx context.Context, tx *sql.Tx, now int64) error {
 	}
 	// The ids and seqs were checked free inside this write transaction: a conflict here is a bug,
 	// and fails the group.
-	args := make([]any, 0, 1+6*rowChunks[0])
-	err := inChunks(len(p.events), func(k, lo, hi int) error {
+	args := make([]any, 0, 1+6*padChunks[0])
+	err := padded(len(p.events), func(k, lo, hi int) error {
 		args = append(args[:0], now)
 		for _, e := range p.events[lo:hi] {
 			args = append(args, e.Seq, e.ID, e.Type, e.Body, e.Hash, e.Key)
 		}
-		_, err := p.s.exec(ctx, tx, insertEventsSQL[k], args...)
+		_, err := p.s.exec(ctx, tx, insertEventsSQL[k], padNulls(args, k, hi-lo, 6)...)
 		return err
 	})
 	if err != nil {
@@ -465,7 +465,7 @@ func (p *groupPlan) write(ctx context.Context, tx *sql.Tx, now int64) error {
 			hi++
 		}
 		run := p.rows[lo:hi]
-		err := inChunks(len(run), func(k, i, j int) error {
+		err := padded(len(run), func(k, i, j int) error {
 			args = append(args[:0], now)
 			for _, r := range run[i:j] {
 				if plain {
@@ -474,11 +474,11 @@ func (p *groupPlan) write(ctx context.Context, tx *sql.Tx, now int64) error {
 					args = append(args, r.Event, r.Sub, string(r.Status), r.Key)
 				}
 			}
-			q := insertDeliveriesSQL[k]
 			if plain {
-				q = insertPlainDeliveriesSQL[k]
+				_, err := p.s.exec(ctx, tx, insertPlainDeliveriesSQL[k], padNulls(args, k, j-i, 2)...)
+				return err
 			}
-			_, err := p.s.exec(ctx, tx, q, args...)
+			_, err := p.s.exec(ctx, tx, insertDeliveriesSQL[k], padNulls(args, k, j-i, 4)...)
 			return err
 		})
 		if err != nil {
@@ -489,39 +489,17 @@ func (p *groupPlan) write(ctx context.Context, tx *sql.Tx, now int64) error {
 	return p.countRows(ctx, tx)
 }
 
-// rowChunks are the row counts of the (prepared) multi-row INSERTs of events and deliveries,
-// largest first: a group's rows are written by a few executions of statements compiled once.
-// Bound values cost less than a JSON array read with ->> (a sixth of an emit's CPU, and an event
-// body was escaped into JSON and parsed back).
-var rowChunks = [...]int{256, 64, 16, 4, 1}
-
-// inChunks calls fn for consecutive ranges [lo, hi) covering n rows, each as long as rowChunks[k].
-func inChunks(n int, fn func(k, lo, hi int) error) error {
-	for lo := 0; lo < n; {
-		k := 0
-		for rowChunks[k] > n-lo {
-			k++
-		}
-		if err := fn(k, lo, lo+rowChunks[k]); err != nil {
-			return err
-		}
-		lo += rowChunks[k]
-	}
-	return nil
-}
-
-// insertChunksSQL renders an INSERT into cols of every rowChunks size: each row binds values
-// parameters, followed by the now expression (of t.now, the first parameter; "": none).
-func insertChunksSQL(table, cols string, values int, now, tail string) (out [len(rowChunks)]string) {
-	for i, n := range rowChunks {
-		if now == "" {
-			out[i] = `INSERT INTO ` + table + `(` + cols + `) SELECT * FROM (` + valuesSQL(n, values) + `)` + tail
-		} else {
-			out[i] = `INSERT INTO ` + table + `(` + cols + `) SELECT v.*, ` + now + ` FROM (SELECT ? AS now) AS t, (` +
-				valuesSQL(n, values) + `) AS v` + tail
-		}
-	}
-	return out
+// insertSQL renders an INSERT into cols for every padChunks size: each row binds k values, followed
+// by the expressions now (of t.now, the first parameter). Rows of NULLs, the padding of a chunk, are
+// skipped. Bound values cost less than a JSON array read with ->> (a sixth of an emit's CPU, and an
+// event body was escaped into JSON and parsed back); one execution per chunk, not one per size a
+// group's rows break into, also spares SQLite journaling the pages each statement changes once per
+// statement (a group of 18 single events ran 9 INSERTs).
+func insertSQL(table, cols string, k int, now string) [len(padChunks)]string {
+	return chunkSQL(k, func(values string) string {
+		return `INSERT INTO ` + table + `(` + cols + `) SELECT v.*, ` + now + ` FROM (SELECT ? AS now) AS t, (` + values +
+			`) AS v WHERE v.column1 IS NOT NULL`
+	})
 }
 
 // valuesSQL is a VALUES list of n rows of k parameters (columns column1 … columnk). The parameters
@@ -533,18 +511,18 @@ func valuesSQL(n, k int) string {
 }
 
 // insertEventsSQL inserts events (seq, id, type, body, hash, coalesce key).
-var insertEventsSQL = insertChunksSQL("events", "seq, id, type, body, body_hash, coalesce_key, created_at", 6, "t.now", "")
+var insertEventsSQL = insertSQL("events", "seq, id, type, body, body_hash, coalesce_key, created_at", 6, "t.now")
 
 // insertDeliveriesSQL inserts deliveries (event seq, subscriber, status, coalesce key) due now.
-var insertDeliveriesSQL = insertChunksSQL("deliveries",
+var insertDeliveriesSQL = insertSQL("deliveries",
 	"event_seq, subscriber_id, status, coalesce_key, next_attempt_at, age_from, created_at, updated_at", 4,
-	"t.now, t.now, t.now, t.now", "")
+	"t.now, t.now, t.now, t.now")
 
 // insertPlainDeliveriesSQL inserts pending deliveries without a coalesce key (event seq,
 // subscriber) due now.
-var insertPlainDeliveriesSQL = insertChunksSQL("deliveries",
+var insertPlainDeliveriesSQL = insertSQL("deliveries",
 	"event_seq, subscriber_id, status, coalesce_key, next_attempt_at, age_from, created_at, updated_at", 2,
-	"'pending', '', t.now, t.now, t.now, t.now", "")
+	"'pending', '', t.now, t.now, t.now, t.now")
 
 // countRows adds the inserted deliveries to queue_counts (no trigger counts inserts).
 func (p *groupPlan) countRows(ctx context.Context, tx *sql.Tx) error {

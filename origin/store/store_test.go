@@ -655,6 +655,32 @@ func TestGroupWritesRowsInEventOrder(t *testing.T) {
 	}
 }
 
+// TestGather: without wait a group takes what is queued; with it, a group closes when full, and
+// otherwise with the window (at once after Close) once nothing more is queued. The store here is
+// bare: no committer competes for its queue.
+func TestGather(t *testing.T) {
+	t.Parallel()
+	s := &Store{emits: make(chan *emitReq, 2*MaxBatchEvents), stop: make(chan struct{})}
+	req := func(n int) *emitReq { return &emitReq{events: make([]EmitInput, n)} }
+	s.emits <- req(1)
+	s.emits <- req(2)
+	if g := s.gather(req(1), false); len(g) != 3 || len(s.emits) != 0 {
+		t.Fatalf("without wait: group of %d, %d left queued; want 3 and 0", len(g), len(s.emits))
+	}
+	if g := s.gather(req(1), true); len(g) != 1 {
+		t.Fatalf("with wait, nothing queued: group of %d, want 1 once the window closed", len(g))
+	}
+	s.emits <- req(MaxBatchEvents - 1)
+	s.emits <- req(1) // beyond a full group: left for the next
+	if g := s.gather(req(1), true); len(g) != 2 || len(s.emits) != 1 {
+		t.Fatalf("full group: %d requests, %d left; want 2 and 1", len(g), len(s.emits))
+	}
+	close(s.stop)
+	if g := s.gather(req(1), true); len(g) != 2 {
+		t.Fatalf("after Close: group of %d, want the queued request taken and no wait", len(g))
+	}
+}
+
 // TestWakeOnlyForClaimableDeliveries: an emit whose deliveries all belong to paused subscribers
 // does not wake the engine (a claim could take none of them); one with a delivery for an active
 // subscriber does.

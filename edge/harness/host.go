@@ -52,8 +52,8 @@ type HostConfig struct {
 	// nanosecond per loop header. Uninterruptible, a call past its deadline ends only when the
 	// guest next calls the host (every host function traps then), never inside a loop of the
 	// guest's own, and compiled code cannot be preempted, so such a loop would also stall the
-	// host's garbage collector. It saves ~1 µs of a 1 KB request, so only the benchmarks that
-	// price the fuel set it; `edgehook edge local` never does.
+	// host's garbage collector. It saves about half a µs of a 1 KB request, so only the
+	// benchmarks that price the fuel set it; `edgehook edge local` never does.
 	Uninterruptible bool
 }
 

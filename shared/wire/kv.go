@@ -33,15 +33,6 @@ func SubscriberIDFromKey(key string) (string, bool) {
 // DedupKey is the KV key marking a delivery as forwarded and acknowledged with a 2xx.
 func DedupKey(deliveryID string) string { return dedupKeyPrefix + deliveryID }
 
-// SubscriberAndDedupKeys returns SubscriberKey(subscriberID) and DedupKey(deliveryID) built in one
-// allocation: the edge reads both for every request, and in its WASM builds each allocation costs.
-// The two share memory, so a kept dedup key keeps the subscriber key's few bytes too.
-func SubscriberAndDedupKeys(subscriberID, deliveryID string) (subscriberKey, dedupKey string) {
-	both := subscriberKeyPrefix + subscriberID + dedupKeyPrefix + deliveryID
-	n := len(subscriberKeyPrefix) + len(subscriberID)
-	return both[:n], both[n:]
-}
-
 // CoalesceKey is the KV key marking that a coalesce key was forwarded to a subscriber; its value is
 // the forward time in unix milliseconds. A '/' ends the subscriber id: ids may hold ':' but never
 // '/', so two (subscriber, key) pairs can never share a KV key.

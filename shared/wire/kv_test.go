@@ -289,12 +289,3 @@ func TestBulk(t *testing.T) {
 		t.Errorf("SubscriberEntry(invalid record) = %v, want a timeout_ms FieldError", err)
 	}
 }
-
-func TestSubscriberAndDedupKeys(t *testing.T) {
-	for _, ids := range [][2]string{{"sub_a", "del_1"}, {"s", "d"}, {"sub:x/y", "d:1"}} {
-		sub, dedup := wire.SubscriberAndDedupKeys(ids[0], ids[1])
-		if sub != wire.SubscriberKey(ids[0]) || dedup != wire.DedupKey(ids[1]) {
-			t.Errorf("SubscriberAndDedupKeys(%q, %q) = %q, %q; want %q, %q", ids[0], ids[1], sub, dedup, wire.SubscriberKey(ids[0]), wire.DedupKey(ids[1]))
-		}
-	}
-}

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -195,7 +196,8 @@ func (h *Host) start(ctx context.Context, wasm []byte, env map[string]string) er
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, h.rt); err != nil {
 		return err
 	}
-	if err := h.instantiateHostModule(ctx); err != nil {
+	hostMod, err := h.instantiateHostModule(ctx)
+	if err != nil {
 		return err
 	}
 	compiled, err := h.rt.CompileModule(ctx, wasm)
@@ -203,6 +205,9 @@ func (h *Host) start(ctx context.Context, wasm []byte, env map[string]string) er
 		return fmt.Errorf("compile the relay module: %w", err)
 	}
 	h.compiled = compiled
+	if err := checkImports(compiled, hostMod); err != nil {
+		return err
+	}
 	for _, name := range []string{abi.BufferFunc, abi.HandleFunc} {
 		if _, ok := compiled.ExportedFunctions()[name]; !ok {
 			return fmt.Errorf("the relay module does not export %s: is it built from edge/cmd/wasi with -buildmode=c-shared?", name)
@@ -372,7 +377,7 @@ func (w logWriter) Write(p []byte) (int, error) {
 }
 
 // instantiateHostModule defines the functions of package abi.
-func (h *Host) instantiateHostModule(ctx context.Context) error {
+func (h *Host) instantiateHostModule(ctx context.Context) (api.Module, error) {
 	i32, i64 := api.ValueTypeI32, api.ValueTypeI64
 	b := h.rt.NewHostModuleBuilder(abi.ImportModule)
 	def := func(name string, fn api.GoModuleFunc, params, results []api.ValueType) {
@@ -386,8 +391,40 @@ func (h *Host) instantiateHostModule(ctx context.Context) error {
 	def(abi.LogFunc, h.logLine, []api.ValueType{i32, i32}, nil)
 	def(abi.HMACFunc, hmacSHA256, []api.ValueType{i32, i32, i32, i32, i32}, nil)
 	def(refuelFunc, refuel, nil, []api.ValueType{i32})
-	_, err := b.Instantiate(ctx)
-	return err
+	return b.Instantiate(ctx)
+}
+
+// checkImports tells, before instantiating, a module built for another version of the host ABI (an
+// old build/relay.wasm beside a new edgehook, say) in the operator's words rather than wazero's.
+func checkImports(compiled wazero.CompiledModule, host api.Module) error {
+	provided := host.ExportedFunctionDefinitions()
+	for _, imp := range compiled.ImportedFunctions() {
+		module, name, _ := imp.Import()
+		if module != abi.ImportModule {
+			continue
+		}
+		want, ok := provided[name]
+		switch {
+		case !ok:
+			return fmt.Errorf("the relay module imports %s.%s, which this edgehook does not provide: it was built from other sources; rebuild it with 'make edge-wasm'", module, name)
+		case !slices.Equal(imp.ParamTypes(), want.ParamTypes()) || !slices.Equal(imp.ResultTypes(), want.ResultTypes()):
+			return fmt.Errorf("the relay module imports %s.%s as %s, but this edgehook provides %s: it was built from other sources; rebuild it with 'make edge-wasm'",
+				module, name, signature(imp), signature(want))
+		}
+	}
+	return nil
+}
+
+// signature renders a function's type as (i32, i32) -> i64.
+func signature(f api.FunctionDefinition) string {
+	names := func(types []api.ValueType) string {
+		s := make([]string, len(types))
+		for i, t := range types {
+			s[i] = api.ValueTypeName(t)
+		}
+		return strings.Join(s, ", ")
+	}
+	return "(" + names(f.ParamTypes()) + ") -> (" + names(f.ResultTypes()) + ")"
 }
 
 // running returns the context of the call that reached a host function. With

@@ -1,12 +1,14 @@
 package harness_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -225,6 +227,39 @@ func TestNewHostRejectsAModuleWithoutTheExports(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), "edgehook_buffer") {
 		t.Fatalf("err = %v, want one naming the missing export", err)
+	}
+}
+
+// A module built for another version of the host ABI (an old build/relay.wasm beside a new
+// edgehook) is refused at start with the import named and the way out, not with wazero's words.
+// The edits keep every length, so the module stays well formed.
+func TestNewHostRejectsAModuleForAnotherABI(t *testing.T) {
+	e := newHost(t, harness.NewUpstream(), 1, time.Second)                                  // only for valid Deps
+	now := slices.Concat([]byte{byte(len(abi.NowFunc))}, []byte(abi.NowFunc), []byte{0, 2}) // import edgehook.now, type ()→i64
+	for _, tc := range []struct {
+		name, wants string
+		edit        []byte
+	}{
+		{"other signature", "imports edgehook.now as (i32) -> (i32), but this edgehook provides () -> (i64)",
+			slices.Concat(now[:len(now)-1], []byte{0})}, // type (i32)→i32
+		{"unknown import", "imports edgehook.nox, which this edgehook does not provide",
+			slices.Concat([]byte{3}, []byte("nox"), []byte{0, 2})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wasm := wasmModule(returning(nil), nil)
+			edited := bytes.Replace(wasm, now, tc.edit, 1)
+			if bytes.Equal(edited, wasm) {
+				t.Fatal("the test module no longer imports edgehook.now as expected")
+			}
+			_, err := harness.NewHost(context.Background(), harness.HostConfig{
+				WASM: edited, CacheDir: cacheDir, Pool: 1, CallTimeout: time.Second, Relay: relayConfig(),
+				Deps:   relay.Deps{Subscribers: e.subscribers, Dedup: e.dedup, Upstream: harness.NewUpstream(), Clock: e.clock},
+				Logger: quiet,
+			})
+			if err == nil || !strings.Contains(err.Error(), tc.wants) || !strings.Contains(err.Error(), "make edge-wasm") {
+				t.Fatalf("err = %v, want one saying it %s and how to rebuild", err, tc.wants)
+			}
+		})
 	}
 }
 

@@ -31,9 +31,12 @@ type run struct {
 
 	outcomes chan store.Settlement
 	slots    chan struct{} // one token per delivery in flight
-	// jobs hands claimed deliveries to Workers long-lived senders: a goroutine per delivery cost
-	// its creation and, as each one's stack grew to what a send needs, a copy of it every time.
+	// jobs hands claimed deliveries to long-lived senders: a goroutine per delivery cost its
+	// creation and, as each one's stack grew to what a send needs, a copy of it every time. There
+	// are as many senders as deliveries were ever in flight at once (guarded by writer), so one is
+	// always free for a job, and a large Workers costs nothing until it is used.
 	jobs     chan store.Claimed
+	senders  int
 	freed    chan struct{} // signalled when the completer frees slots
 	sends    sync.WaitGroup
 	slow     atomic.Int64  // sends in flight for longer than slowSend
@@ -101,9 +104,6 @@ func (e *Engine) newRun(untilIdle bool, grace <-chan time.Duration) *run {
 func (r *run) loop(ctx context.Context, daemon bool) {
 	r.claimCtx = ctx
 	go r.completer()
-	for range cap(r.jobs) {
-		go r.sender()
-	}
 	r.prune()
 	var pruneTick <-chan time.Time
 	if daemon {
@@ -223,6 +223,10 @@ func (r *run) dispatch(claimed []store.Claimed) (atCap int) {
 		}
 		f.n, f.cap = f.n+1, c.Subscriber.MaxInFlight
 		r.slots <- struct{}{}
+		if r.senders < len(r.slots) {
+			r.senders++
+			go r.sender()
+		}
 		r.sends.Add(1)
 		r.jobs <- c // never blocks: a job holds a slot, and there are as many places as slots
 	}

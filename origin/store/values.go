@@ -1,12 +1,12 @@
 package store
 
-// The statements of a settle and a claim bind their rows as a VALUES list rather than read a JSON
-// array with ->> (the JSON was parsed again for every field read), and run once per transaction
-// for up to padChunks[0] rows: a chunk is padded with rows of NULLs that match nothing, because an
+// The statements of a settle, a claim and an emit bind their rows as a VALUES list (settle and claim
+// read a JSON array with ->> before, parsed again for every field read), and run once per
+// transaction for up to padChunks[0] rows: a chunk is padded with rows of NULLs that match nothing, because an
 // execution costs more than the few rows of NULLs (a settle of 53 deliveries ran five statements
 // of 16, 16, 16, 4 and 1 rows to update them, and as many to log their attempts).
 
-// padChunks are the row counts of the padded statements, largest first: finer than emit's padChunks,
+// padChunks are the row counts of the padded statements, largest first, each half the one before,
 // so that padding costs at most about as many NULL rows as real ones.
 var padChunks = [...]int{256, 128, 64, 32, 16, 8, 4, 1}
 

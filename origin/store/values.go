@@ -6,7 +6,7 @@ package store
 // execution costs more than the few rows of NULLs (a settle of 53 deliveries ran five statements
 // of 16, 16, 16, 4 and 1 rows to update them, and as many to log their attempts).
 
-// padChunks are the row counts of the padded statements, largest first, each half the one before,
+// padChunks are the row counts of the padded statements, largest first, halving down to 4 and then 1,
 // so that padding costs at most about as many NULL rows as real ones.
 var padChunks = [...]int{256, 128, 64, 32, 16, 8, 4, 1}
 

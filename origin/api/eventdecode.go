@@ -10,7 +10,7 @@ import "github.com/edgehook/edgehook/shared/wire"
 // there to the same EventRequest, and every error still comes from encoding/json
 // (FuzzEventFastPath).
 func decodeEventFast(b []byte, r *EventRequest) bool {
-	out, i, ok := eventObject(b, wire.SkipJSONSpace(b, 0))
+	out, i, ok := eventObject(b, wire.SkipJSONSpace(b, 0), 0)
 	if !ok || wire.SkipJSONSpace(b, i) != len(b) {
 		return false
 	}
@@ -39,7 +39,7 @@ func decodeBatchFast(b []byte, r *BatchRequest) bool {
 	var events []EventRequest
 	for i = wire.SkipJSONSpace(b, i+1); ; {
 		var ev EventRequest
-		if ev, i, ok = eventObject(b, i); !ok {
+		if ev, i, ok = eventObject(b, i, 2); !ok { // inside the array and the outer object
 			return false
 		}
 		events = append(events, ev)
@@ -61,8 +61,9 @@ func decodeBatchFast(b []byte, r *BatchRequest) bool {
 	return true
 }
 
-// eventObject decodes the plain-shaped event object at b[i] and returns the index after it.
-func eventObject(b []byte, i int) (EventRequest, int, bool) {
+// eventObject decodes the plain-shaped event object at b[i], inside depth objects or arrays, and
+// returns the index after it. The depth bounds the data's own nesting as encoding/json's limit does.
+func eventObject(b []byte, i, depth int) (EventRequest, int, bool) {
 	var out EventRequest
 	var seen [4]bool
 	if i >= len(b) || b[i] != '{' {
@@ -102,7 +103,7 @@ func eventObject(b []byte, i int) (EventRequest, int, bool) {
 			}
 			*field, i = string(v), j
 		} else {
-			v, j, ok := wire.CutJSON(b, i)
+			v, j, ok := wire.CutNestedJSON(b, i, depth+1)
 			if !ok {
 				return out, 0, false
 			}

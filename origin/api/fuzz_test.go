@@ -192,3 +192,37 @@ func FuzzBatchFastPath(f *testing.F) {
 		return slices.EqualFunc(a.Events, b.Events, sameEvent)
 	})
 }
+
+// TestFastPathNestingLimit: encoding/json's nesting limit counts the containers around an event's
+// data (the event object; in a batch also the array and the outer object), so the fast decoders
+// decline data at the limit on its own, which encoding/json refuses, and take the deepest it accepts.
+// The fuzzers cannot reach inputs this large.
+func TestFastPathNestingLimit(t *testing.T) {
+	t.Parallel()
+	nested := func(depth int) string { return strings.Repeat("[", depth) + strings.Repeat("]", depth) }
+	for _, tc := range []struct {
+		name   string
+		around int // containers around the data
+		body   func(data string) []byte
+		fast   func([]byte) bool
+		json   func([]byte) error
+	}{
+		{"event", 1, func(d string) []byte { return []byte(`{"type":"a","data":` + d + `}`) },
+			func(b []byte) bool { _, ok := api.DecodeEventFast(b); return ok },
+			func(b []byte) error { var r api.EventRequest; return json.Unmarshal(b, &r) }},
+		{"batch", 3, func(d string) []byte { return []byte(`{"events":[{"type":"a","data":` + d + `}]}`) },
+			func(b []byte) bool { _, ok := api.DecodeBatchFast(b); return ok },
+			func(b []byte) error { var r api.BatchRequest; return json.Unmarshal(b, &r) }},
+	} {
+		deepest := 10000 - tc.around // encoding/json's limit is 10000 levels
+		for depth, accepted := range map[int]bool{deepest: true, deepest + 1: false} {
+			b := tc.body(nested(depth))
+			if err := tc.json(b); (err == nil) != accepted {
+				t.Fatalf("%s with data %d deep: encoding/json says %v, want accepted=%v", tc.name, depth, err, accepted)
+			}
+			if got := tc.fast(b); got != accepted {
+				t.Errorf("%s with data %d deep: the fast path took it=%v, encoding/json accepted=%v", tc.name, depth, got, accepted)
+			}
+		}
+	}
+}

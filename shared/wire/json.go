@@ -16,13 +16,19 @@ func ValidJSON(b []byte) bool {
 
 // CheckedJSON is one JSON value that CutJSON validated: a decoder that validates a value on its
 // way can hand the proof on, and the receiver (the store, before it accepts an event body) need
-// not validate the same bytes again. Only CutJSON makes one; the zero CheckedJSON proves nothing.
+// not validate the same bytes again. Only CutJSON and CutNestedJSON make one; the zero CheckedJSON
+// proves nothing.
 type CheckedJSON struct{ b []byte }
 
 // CutJSON validates the JSON value starting at b[i] (no leading space) as ValidJSON would and
 // returns it, copied out of b, with the index after it. ok is false if no valid value starts there.
-func CutJSON(b []byte, i int) (v CheckedJSON, end int, ok bool) {
-	end, ok = jsonValue(b, i, 0)
+func CutJSON(b []byte, i int) (v CheckedJSON, end int, ok bool) { return CutNestedJSON(b, i, 0) }
+
+// CutNestedJSON is CutJSON of a value inside depth objects or arrays of a larger document: they
+// count toward encoding/json's nesting limit when it decodes that document, so a decoder standing in
+// for it must refuse values that are only deep enough with them.
+func CutNestedJSON(b []byte, i, depth int) (v CheckedJSON, end int, ok bool) {
+	end, ok = jsonValue(b, i, depth)
 	if !ok {
 		return CheckedJSON{}, 0, false
 	}

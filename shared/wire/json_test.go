@@ -74,3 +74,22 @@ func TestCutJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestCutNestedJSON: a value inside depth containers is refused exactly when json.Valid refuses it
+// wrapped in that many arrays (encoding/json's nesting limit counts them), and CutJSON is depth 0.
+func TestCutNestedJSON(t *testing.T) {
+	t.Parallel()
+	nested := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	for _, depth := range []int{0, 1, 3} {
+		for _, n := range []int{9999 - depth, 10000 - depth, 10001 - depth} {
+			v := []byte(nested(n))
+			want := json.Valid([]byte(nested(depth + n)))
+			if _, end, ok := wire.CutNestedJSON(v, 0, depth); ok != want || ok && end != len(v) {
+				t.Errorf("CutNestedJSON of arrays %d deep inside %d = %d, %v; json.Valid of the whole says %v", n, depth, end, ok, want)
+			}
+			if _, _, ok := wire.CutJSON(v, 0); depth == 0 && ok != want {
+				t.Errorf("CutJSON of arrays %d deep = %v; json.Valid says %v", n, ok, want)
+			}
+		}
+	}
+}

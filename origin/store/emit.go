@@ -81,7 +81,14 @@ func (s *Store) emit(ctx context.Context, ins []EmitInput, field string) ([]Emit
 	case <-req.done:
 		return req.results, req.err
 	case <-s.done:
-		return nil, ErrClosed
+		// The committer may have answered this request just before it stopped: select picks at
+		// random among ready cases, and a committed event must not be reported as refused.
+		select {
+		case <-req.done:
+			return req.results, req.err
+		default:
+			return nil, ErrClosed
+		}
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}

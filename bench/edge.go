@@ -102,7 +102,7 @@ func (b *bench) edge(context.Context) section {
 			"four runtimes (native and three WASI modules) in turn, so each starts with CPU caches the others filled, which a "+
 			"real `edge local` never does. Floor (BenchmarkHandleFloor, warm): requests the relay rejects at once (405), and "+
 			"a stand-in module that returns a ready 405, the host's round trip alone. Each time is the median over %d "+
-			"processes: this machine runs a whole process fast or slow (the WASI relay at about 15 or about 24 µs).",
+			"processes: this machine runs a whole process fast or slow (about 1.5× apart for the WASI relay).",
 			b.cfg.harnessJSON, h.GeneratedAt, warmBatch, max(h.Runs, 1)))
 	}
 	var w workerReport

@@ -30,19 +30,13 @@ func (c countDeltas) into(to Status) bool {
 
 // write adds the changes to queue_counts in one statement (per padded chunk of rows).
 func (c countDeltas) write(ctx context.Context, s *Store, tx *sql.Tx) error {
-	args := make([]any, 0, 3*len(c))
+	list := make([]any, 0, 3*len(c))
 	for k, n := range c {
 		if n != 0 {
-			args = append(args, k[0], k[1], n)
+			list = append(list, k[0], k[1], n)
 		}
 	}
-	rows := len(args) / 3
-	list := args
-	return padded(rows, func(k, lo, hi int) error {
-		chunk := append(make([]any, 0, 3*padChunks[k]), list[3*lo:3*hi]...)
-		_, err := s.exec(ctx, tx, writeCountsSQL[k], padNulls(chunk, k, hi-lo, 3)...)
-		return err
-	})
+	return s.execPadded(ctx, tx, &writeCountsSQL, nil, list, 3)
 }
 
 // writeCountsSQL adds count changes (subscriber, status, n) to queue_counts, skipping the padding.

@@ -243,14 +243,13 @@ const deliveredKeep = 120
 // the second of now, and about once a minute deletes the seconds older than deliveredKeep.
 func (s *Store) countDelivered(ctx context.Context, tx *sql.Tx, settled countDeltas, now int64) error {
 	sec := now / 1000
-	args := []any{sec}
+	var list []any // subscriber, count
 	for k, n := range settled {
 		if k[1] == string(StatusDelivered) && n > 0 {
-			args = append(args, k[0], n)
+			list = append(list, k[0], n)
 		}
 	}
-	rows := (len(args) - 1) / 2
-	if rows == 0 {
+	if len(list) == 0 {
 		return nil
 	}
 	if last := s.trimmedAt.Load(); sec-last >= 60 || sec < last {
@@ -259,12 +258,7 @@ func (s *Store) countDelivered(ctx context.Context, tx *sql.Tx, settled countDel
 		}
 		s.trimmedAt.Store(sec) // if the transaction fails, the next trim is a minute late: harmless
 	}
-	list := args[1:]
-	return padded(rows, func(k, lo, hi int) error {
-		chunk := append(append(make([]any, 0, 1+2*padChunks[k]), sec), list[2*lo:2*hi]...)
-		_, err := s.exec(ctx, tx, countDeliveredSQL[k], padNulls(chunk, k, hi-lo, 2)...)
-		return err
-	})
+	return s.execPadded(ctx, tx, &countDeliveredSQL, []any{sec}, list, 2)
 }
 
 // countDeliveredSQL adds deliveries to delivered_by_second: parameters the second, then each
@@ -306,11 +300,7 @@ func (s *Store) logAttempts(ctx context.Context, tx *sql.Tx, items []Settlement,
 			list = append(list, it.Seq, number, ms(a.At), a.Status, a.LatencyMS, a.Outcome, a.Error, a.Excerpt)
 		}
 	}
-	return padded(len(list)/8, func(k, lo, hi int) error {
-		chunk := append(make([]any, 0, 8*padChunks[k]), list[lo*8:hi*8]...)
-		_, err := s.exec(ctx, tx, insertAttemptsSQL[k], padNulls(chunk, k, hi-lo, 8)...)
-		return err
-	})
+	return s.execPadded(ctx, tx, &insertAttemptsSQL, nil, list, 8)
 }
 
 // insertAttemptsSQL inserts attempt records (delivery, number, at, status, latency, outcome,

@@ -1,5 +1,10 @@
 package store
 
+import (
+	"context"
+	"database/sql"
+)
+
 // The statements of a settle, a claim and an emit bind their rows as a VALUES list (settle and claim
 // read a JSON array with ->> before, parsed again for every field read), and run once per
 // transaction for up to padChunks[0] rows: a chunk is padded with rows of NULLs that match nothing, because an
@@ -45,4 +50,15 @@ func chunkSQL(k int, f func(values string) string) (out [len(padChunks)]string) 
 		out[i] = f(valuesSQL(n, k))
 	}
 	return out
+}
+
+// execPadded runs stmts, one of chunkSQL's sets, over the rows of list (cols values each), one
+// padded execution per chunk, each binding prefix, the chunk's rows and their NULL padding.
+func (s *Store) execPadded(ctx context.Context, tx *sql.Tx, stmts *[len(padChunks)]string, prefix, list []any, cols int) error {
+	var args []any // reused by every chunk
+	return padded(len(list)/cols, func(k, lo, hi int) error {
+		args = append(append(args[:0], prefix...), list[cols*lo:cols*hi]...)
+		_, err := s.exec(ctx, tx, stmts[k], padNulls(args, k, hi-lo, cols)...)
+		return err
+	})
 }

@@ -415,7 +415,7 @@ func checkImports(compiled wazero.CompiledModule, host api.Module) error {
 	return nil
 }
 
-// signature renders a function's type as (i32, i32) -> i64.
+// signature renders a function's type as (i32, i32) -> (i64).
 func signature(f api.FunctionDefinition) string {
 	names := func(types []api.ValueType) string {
 		s := make([]string, len(types))

@@ -173,7 +173,14 @@ func openVersion(ctx context.Context, opts Options, version int) (*Store, error)
 	dsn := func(extra string) string {
 		q := url.Values{}
 		q.Add("_pragma", "busy_timeout("+strconv.FormatInt(opts.BusyTimeout.Milliseconds(), 10)+")")
-		q.Add("_pragma", "foreign_keys(1)")
+		// Foreign keys are not enforced: every delivery insert looked up its event and its
+		// subscriber, every attempt insert its delivery, parents the same transaction had just
+		// written or read (−17 % CPU per emitted event, −11 % per settled and claimed delivery).
+		// The store deletes children itself instead of ON DELETE CASCADE (DeleteSubscriber,
+		// deleteDeliveries) and logs attempts only for deliveries its settle updated. The schema
+		// keeps its REFERENCES clauses: they document the relations, and PRAGMA foreign_key_check
+		// (the tests') checks them.
+		q.Add("_pragma", "foreign_keys(0)")
 		q.Add("_pragma", "synchronous("+opts.Synchronous+")")
 		// Statement journals (pages a statement may have to undo) stay in memory: on disk, every
 		// multi-row INSERT or UPDATE wrote its pages to a temporary file first.

@@ -1,0 +1,190 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/edgehook/edgehook/shared/wire"
+)
+
+// foreignKeyViolations returns PRAGMA foreign_key_check's rows: children whose parent is missing.
+// Foreign keys are not enforced (see Open), so only the store's own deletes keep this empty.
+func foreignKeyViolations(t *testing.T, s *Store) []string {
+	t.Helper()
+	rows, err := s.r.Query(`PRAGMA foreign_key_check`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var table, parent string
+		var rowid sql.NullInt64
+		var fk int
+		if err := rows.Scan(&table, &rowid, &parent, &fk); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("%s row %v has no %s", table, rowid.Int64, parent))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// countRows runs a count query on the store.
+func countRows(t *testing.T, s *Store, q string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	if err := s.r.QueryRow(q, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return n
+}
+
+// TestDeletesLeaveNoOrphans runs a workload through the public API (emit with coalescing, claim,
+// settle delivered, retry and dead, manual retry and replay, secret rotation), deletes two
+// subscribers holding deliveries in every status, settles their deliveries that were in flight at
+// the delete, and prunes: with foreign keys not enforced, the store's own deletes must leave no
+// child without its parent, and the rows that should go must be gone.
+func TestDeletesLeaveNoOrphans(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	rule := &wire.CoalesceRule{EventTypes: []string{"rank"}, Key: "k", WindowSeconds: 10}
+	fast := SubscriberInput{RatePerSec: MaxRatePerSec, Burst: MaxBurst, MaxInFlight: 6}
+	for _, id := range []string{"keep", "gone", "held"} {
+		in := fast
+		in.ID = id
+		if id != "held" {
+			in.Coalesce = rule
+		}
+		mustSub(t, s, in)
+	}
+	mustEmit(t, s, "c1", "rank", `{"k":"a"}`)
+	mustEmit(t, s, "c2", "rank", `{"k":"a"}`) // supersedes c1 for keep and gone
+	emitN(t, s, "p", 8)
+
+	// First round: of each subscriber's six claimed, one delivered, one retried (held's with a
+	// 410 that disables it, holding its pending deliveries), two dead, two left in flight.
+	first := map[string][]Claimed{}
+	for _, c := range claim(t, s, clk.Now(), 100).Deliveries {
+		first[c.Subscriber.ID] = append(first[c.Subscriber.ID], c)
+	}
+	var items []Settlement
+	for id, cs := range first {
+		if len(cs) != 6 {
+			t.Fatalf("%s: claimed %d, want 6", id, len(cs))
+		}
+		for i, r := range []Result{ResultDelivered, ResultRetry, ResultDead, ResultDead} {
+			it := done(cs[i], r)
+			it.Attempt, it.NextAttemptAt, it.Reason = &Attempt{At: clk.Now(), Status: 500, Outcome: "http_5xx"}, clk.Now(), ReasonMaxAttempts
+			if id == "held" && r == ResultRetry {
+				it.Status, it.Disable = 410, "410 Gone"
+			}
+			items = append(items, it)
+		}
+	}
+	if stale := settle(t, s, clk.Now(), items...); stale != 0 {
+		t.Fatalf("%d stale settlements, want 0", stale)
+	}
+	// Manual retry and replay, then a second round that delivers what it claims.
+	for _, id := range []string{"keep", "gone", "held"} {
+		if _, err := s.RetryDelivery(ctx, first[id][2].DeliveryID, clk.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := s.ReplayDead(ctx, "keep", time.Time{}, time.Time{}, clk.Now()); err != nil || n != 1 {
+		t.Fatalf("replay: %d %v, want 1", n, err)
+	}
+	items = items[:0]
+	for _, c := range claim(t, s, clk.Now(), 100).Deliveries {
+		it := done(c, ResultDelivered)
+		it.Attempt = &Attempt{At: clk.Now(), Status: 200, Outcome: "delivered"}
+		items = append(items, it)
+	}
+	settle(t, s, clk.Now(), items...)
+	for _, rot := range []struct {
+		id      string
+		overlap time.Duration
+	}{{"gone", time.Hour}, {"keep", 0}, {"keep", 0}} {
+		if _, err := s.RotateSecret(ctx, rot.id, rot.overlap); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The premise: the subscribers deleted hold deliveries in every status, with attempts.
+	for id, want := range map[string][]Status{
+		"gone": {StatusPending, StatusLeased, StatusDelivered, StatusDead, StatusSuperseded},
+		"held": {StatusHeld, StatusLeased, StatusDelivered, StatusDead},
+	} {
+		c := counts(t, s, id)
+		for _, st := range want {
+			if c[st] == 0 {
+				t.Fatalf("%s has no %s delivery before the delete: %v", id, st, c)
+			}
+		}
+	}
+	goneAttempts := countRows(t, s, `SELECT count(*) FROM attempts a JOIN deliveries d ON d.seq = a.delivery_seq WHERE d.subscriber_id IN ('gone', 'held')`)
+	if goneAttempts == 0 || countRows(t, s, `SELECT count(*) FROM subscriber_secrets WHERE subscriber_id = 'gone'`) != 2 {
+		t.Fatal("the deleted subscribers have no attempts, or gone has not two secrets")
+	}
+	attempts := countRows(t, s, `SELECT count(*) FROM attempts`)
+
+	for _, id := range []string{"gone", "held"} {
+		if err := s.DeleteSubscriber(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Their deliveries in flight settle as stale, logging nothing; keep's settle as usual.
+	items = items[:0]
+	inFlight := 0
+	for id, cs := range first {
+		for _, c := range cs[4:] {
+			it := done(c, ResultDelivered)
+			it.Attempt = &Attempt{At: clk.Now(), Status: 200, Outcome: "delivered"}
+			items = append(items, it)
+			if id != "keep" {
+				inFlight++
+			}
+		}
+	}
+	if stale := settle(t, s, clk.Now(), items...); stale != inFlight {
+		t.Fatalf("%d stale settlements after the delete, want the %d of deleted subscribers", stale, inFlight)
+	}
+	if got, want := countRows(t, s, `SELECT count(*) FROM attempts`), attempts-goneAttempts+2; got != want {
+		t.Fatalf("%d attempts after the delete, want %d (%d before, %d of the deleted, keep's 2 settled)", got, want, attempts, goneAttempts)
+	}
+	for _, table := range []string{"deliveries", "subscriber_secrets", "limiter", "queue_counts", "delivered_by_second"} {
+		if n := countRows(t, s, `SELECT count(*) FROM `+table+` WHERE subscriber_id IN ('gone', 'held')`); n != 0 {
+			t.Errorf("%d %s rows of deleted subscribers", n, table)
+		}
+	}
+	if v := foreignKeyViolations(t, s); len(v) > 0 {
+		t.Fatalf("after the deletes: %v", v)
+	}
+
+	// Retention: keep's finished deliveries go with their attempts, then the events left without
+	// deliveries.
+	finished := countRows(t, s, `SELECT count(*) FROM deliveries WHERE status IN ('delivered', 'dead', 'superseded')`)
+	clk.Advance(48 * time.Hour)
+	pruned, err := s.Prune(ctx, clk.Now().Add(-24*time.Hour))
+	if err != nil || pruned != finished || finished == 0 {
+		t.Fatalf("prune: %d %v, want the %d finished", pruned, err, finished)
+	}
+	if v := foreignKeyViolations(t, s); len(v) > 0 {
+		t.Fatalf("after the prune: %v", v)
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM deliveries WHERE status IN ('delivered', 'dead', 'superseded')`); n != 0 {
+		t.Fatalf("%d finished deliveries left after the prune", n)
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM events e WHERE NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = e.seq)`); n != 0 {
+		t.Fatalf("%d events without deliveries left after the prune", n)
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM deliveries`); n == 0 {
+		t.Fatal("the prune left keep no pending delivery: the check above proves nothing")
+	}
+}

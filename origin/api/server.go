@@ -34,6 +34,12 @@ type Options struct {
 	// Registry receives the API's own metrics and is what GET /metrics serves; the caller
 	// registers the engine's metrics and the Go and process collectors on it too.
 	Registry *prometheus.Registry
+	// Wake, when set, is called by each successful request that may have made deliveries due or
+	// changed which subscribers are active (creating, changing, pausing, resuming or deleting a
+	// subscriber, retrying or replaying deliveries), before its answer is sent, so an engine in
+	// the same process acts on it at once instead of at its next poll (serve passes
+	// engine.Engine.Wake). Emits need none: the store wakes an engine in its process for them.
+	Wake func()
 }
 
 // Server is the HTTP API. It is an http.Handler.
@@ -43,6 +49,7 @@ type Server struct {
 	log    *slog.Logger
 	auth   *tokenSet
 	limits limits
+	wake   func()
 }
 
 type limits struct{ body, batch int64 }
@@ -62,7 +69,10 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{e: echo.New(), store: o.Store, log: o.Logger, auth: newTokenSet(o.Tokens), limits: limits{o.BodyLimit, o.BatchBodyLimit}}
+	if o.Wake == nil {
+		o.Wake = func() {}
+	}
+	s := &Server{e: echo.New(), store: o.Store, log: o.Logger, auth: newTokenSet(o.Tokens), limits: limits{o.BodyLimit, o.BatchBodyLimit}, wake: o.Wake}
 	s.e.HideBanner, s.e.HidePort = true, true
 	s.e.HTTPErrorHandler = s.errorHandler
 	s.e.Use(assignRequestID, s.accessLog(m), s.authenticate, s.limitBody)
@@ -76,20 +86,34 @@ func New(o Options) (*Server, error) {
 	v1.POST("/events/batch", s.emitBatch)
 	v1.GET("/stats", s.stats)
 
-	v1.POST("/subscribers", s.createSubscriber)
+	v1.POST("/subscribers", s.createSubscriber, s.wakeEngine)
 	v1.GET("/subscribers", s.listSubscribers)
 	v1.GET("/subscribers/:id", s.getSubscriber)
-	v1.PATCH("/subscribers/:id", s.updateSubscriber)
-	v1.DELETE("/subscribers/:id", s.deleteSubscriber)
-	v1.POST("/subscribers/:id/pause", s.pauseSubscriber)
-	v1.POST("/subscribers/:id/resume", s.resumeSubscriber)
+	v1.PATCH("/subscribers/:id", s.updateSubscriber, s.wakeEngine)
+	v1.DELETE("/subscribers/:id", s.deleteSubscriber, s.wakeEngine)
+	v1.POST("/subscribers/:id/pause", s.pauseSubscriber, s.wakeEngine)
+	v1.POST("/subscribers/:id/resume", s.resumeSubscriber, s.wakeEngine)
 	v1.POST("/subscribers/:id/rotate-secret", s.rotateSecret)
-	v1.POST("/subscribers/:id/replay", s.replayDead)
+	v1.POST("/subscribers/:id/replay", s.replayDead, s.wakeEngine)
 
 	v1.GET("/deliveries", s.listDeliveries)
 	v1.GET("/deliveries/:id", s.getDelivery)
-	v1.POST("/deliveries/:id/retry", s.retryDelivery)
+	v1.POST("/deliveries/:id/retry", s.retryDelivery, s.wakeEngine)
 	return s, nil
+}
+
+// wakeEngine calls Options.Wake when the route answers with a success status (its write has
+// committed), just before the answer is sent: a client that has it knows the engine was woken.
+func (s *Server) wakeEngine(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Response()
+		r.Before(func() {
+			if r.Status < http.StatusMultipleChoices {
+				s.wake()
+			}
+		})
+		return next(c)
+	}
 }
 
 // ServeHTTP serves the API.

@@ -38,7 +38,11 @@ type Config struct {
 	Workers       int           // concurrent sends
 	BatchSize     int           // deliveries per claim at most
 	LeaseDuration time.Duration // how long a claim owns its deliveries; sends are cut at 3/4 of it
-	PollInterval  time.Duration // how often to look for due work when idle
+	// PollInterval is how often an idle engine looks for due work it was not woken for: emits
+	// and Wake calls in its own process wake it at once; writes by other processes (CLI
+	// commands, other daemons, drains) and work that comes due with time (a backoff, a
+	// Retry-After pause or a circuit cool-down ending, an expired lease) wait for the poll.
+	PollInterval time.Duration
 
 	BackoffBase   time.Duration // full-jitter backoff: random(0, min(BackoffCap, BackoffBase·2^attempt))
 	BackoffCap    time.Duration

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +30,10 @@ type Engine struct {
 	pace *pacer
 	// userAgent is every request's User-Agent value (read only).
 	userAgent []string
+	// wake is signalled by Wake (coalesced, like the store's emit wake-up), and subsChanged
+	// counts its calls, so that every run reads the active subscribers again after one.
+	wake        chan struct{}
+	subsChanged atomic.Uint64
 
 	mu      sync.Mutex
 	stop    context.CancelFunc // stops the daemon's claiming; nil when not running
@@ -49,7 +54,8 @@ func New(st *store.Store, cfg Config, logger *slog.Logger, reg prometheus.Regist
 	if err != nil {
 		return nil, err
 	}
-	return &Engine{st: st, cfg: cfg, log: logger, m: m, http: newSenders(&cfg), pace: newPacer(), userAgent: []string{cfg.UserAgent()}}, nil
+	return &Engine{st: st, cfg: cfg, log: logger, m: m, http: newSenders(&cfg), pace: newPacer(), userAgent: []string{cfg.UserAgent()},
+		wake: make(chan struct{}, 1)}, nil
 }
 
 // Start runs the engine in the background until Stop is called or ctx is cancelled (which stops
@@ -96,6 +102,17 @@ func (e *Engine) Stop(ctx context.Context) error {
 	}
 	e.http.closeIdle()
 	return nil
+}
+
+// Wake tells the engine that a write other than an emit may have made deliveries due or changed
+// which subscribers are active: a subscriber created, changed, paused, resumed or deleted, a
+// delivery retried or replayed. A running engine then claims at once, with its count of active
+// subscribers read again, instead of at its next poll. It never blocks, and wakes coalesce.
+// Emits need no call (the store wakes the engine for them); writes by other processes are
+// still seen only at the poll.
+func (e *Engine) Wake() {
+	e.subsChanged.Add(1)
+	signal(e.wake)
 }
 
 // DrainOptions bound a Drain.

@@ -51,10 +51,12 @@ type run struct {
 	// help: a subscriber held at its cap got one back (capFreed), not any settle at all (freed).
 	flying   map[string]*flight
 	capFreed chan struct{}
-	// active is how many subscribers are active, read at activeRead (by the loop only): when this
-	// run holds every one of them at its cap, a new emit has nothing a claim could take.
+	// active is how many subscribers are active, read at activeRead when the engine's
+	// subsChanged was activeGen (by the loop only): when this run holds every one of them at its
+	// cap, a new emit has nothing a claim could take.
 	active     int
 	activeRead time.Time
+	activeGen  uint64
 	// A settle that frees slots claims in the same transaction (one turn on the writer, not two)
 	// when the loop, waiting, would claim on that settle: claimOn says when that is (set by the
 	// loop before it waits, guarded by writer). The result goes to the loop through settleClaim
@@ -167,7 +169,8 @@ func (r *run) loop(ctx context.Context, daemon bool) {
 		}
 		// While this run holds every active subscriber at its cap (a backlog), the deliveries of
 		// new emits wait for a settle to free a place: claiming on each emit's wake-up would be
-		// an empty transaction (most claims were, at 1,000 emits/s). That settle wakes the loop.
+		// an empty transaction (most claims were, at 1,000 emits/s). That settle wakes the loop,
+		// and so does Engine.Wake, which may mean a new or resumed subscriber this run holds none of.
 		wake := r.e.st.Wake()
 		if last.atCap > 0 && last.atCap >= r.activeSubscribers(ctx) {
 			wake, freed, on = nil, r.capFreed, claimOnCapFreed
@@ -179,6 +182,7 @@ func (r *run) loop(ctx context.Context, daemon bool) {
 		select {
 		case <-poll.C:
 		case <-wake:
+		case <-r.e.wake:
 		case <-freed:
 		case <-r.settleClaimed:
 			last, claimed = r.takeSettleClaim(), true
@@ -379,15 +383,17 @@ func (r *run) atCap() int {
 	return n
 }
 
-// activeSubscribers returns how many subscribers are active, read again once a poll interval
-// has passed (a new subscriber is noticed by then); -1 if they cannot be read.
+// activeSubscribers returns how many subscribers are active, read again after a Wake (which
+// API changes call) or once a poll interval has passed (a change by another process is noticed
+// by then); -1 if they cannot be read.
 func (r *run) activeSubscribers(ctx context.Context) int {
-	if now := time.Now(); now.Sub(r.activeRead) >= r.e.cfg.PollInterval {
+	gen := r.e.subsChanged.Load()
+	if now := time.Now(); gen != r.activeGen || now.Sub(r.activeRead) >= r.e.cfg.PollInterval {
 		subs, err := r.e.st.ListSubscribers(ctx)
 		if err != nil {
 			return -1
 		}
-		r.active, r.activeRead = 0, now
+		r.active, r.activeRead, r.activeGen = 0, now, gen
 		for _, s := range subs {
 			if s.State == store.StateActive {
 				r.active++

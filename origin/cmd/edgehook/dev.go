@@ -152,7 +152,7 @@ func runDev(ctx context.Context, out io.Writer, log *slog.Logger, listen, edgeLi
 		return err
 	}
 	defer eng.Stop(context.WithoutCancel(ctx))
-	apiSrv, err := api.New(api.Options{Store: st, BodyLimit: int64(global.bodyLimit), Logger: log, Registry: newRegistry()})
+	apiSrv, err := api.New(api.Options{Store: st, BodyLimit: int64(global.bodyLimit), Logger: log, Registry: newRegistry(), Wake: eng.Wake})
 	if err != nil {
 		return err
 	}

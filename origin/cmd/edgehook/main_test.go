@@ -517,6 +517,26 @@ func startServe(t *testing.T, c *cli, args ...string) *server {
 	return nil
 }
 
+// call sends a request with a JSON body (and token, unless empty) and returns the answer.
+func (s *server) call(t *testing.T, method, path, token, body string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, s.base+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
 // stop sends SIGTERM and returns the whole log and the exit error.
 func (s *server) stop(t *testing.T) (string, error) {
 	t.Helper()
@@ -542,22 +562,7 @@ func TestServeDeliversAndStopsOnSIGTERM(t *testing.T) {
 	}
 	c.env = []string{"EDGEHOOK_CONFIG=edgehook.json", "EDGEHOOK_TOKEN=t0ken"}
 	srv := startServe(t, c)
-	base := srv.base
-
-	call := func(method, path, token, body string) (int, []byte) {
-		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, b
-	}
+	call := func(method, path, token, body string) (int, []byte) { return srv.call(t, method, path, token, body) }
 	if code, _ := call("GET", "/v1/stats", "", ""); code != http.StatusUnauthorized {
 		t.Fatalf("no token: %d", code)
 	}

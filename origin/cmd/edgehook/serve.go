@@ -115,7 +115,7 @@ func runServe(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	srv, err := api.New(api.Options{Store: st, Tokens: serveFlags.tokens, BodyLimit: int64(global.bodyLimit),
-		BatchBodyLimit: int64(serveFlags.batchBodyLimit), Logger: log, Registry: reg})
+		BatchBodyLimit: int64(serveFlags.batchBodyLimit), Logger: log, Registry: reg, Wake: eng.Wake})
 	if err != nil {
 		return err
 	}

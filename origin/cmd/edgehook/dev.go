@@ -121,8 +121,18 @@ func runDev(ctx context.Context, out io.Writer, log *slog.Logger, listen, edgeLi
 	if err != nil {
 		return err
 	}
-	// Subscribers added or changed through the API while dev runs reach the edge too, as
-	// re-running `edge export-kv` and `wrangler kv bulk put` would.
+	// Subscribers added or changed while dev runs reach the edge too, as re-running `edge
+	// export-kv` and `wrangler kv bulk put` would: at once when the write came through the API
+	// (before the woken engine sends through the edge), every devKVSync when another process
+	// made it. One copy at a time, so that an older one never lands after a newer one.
+	var kvMu sync.Mutex
+	syncKV := func() {
+		kvMu.Lock()
+		defer kvMu.Unlock()
+		if _, err := syncEdgeKV(srvCtx, st, edge); err != nil && srvCtx.Err() == nil {
+			log.Warn("dev: copying the subscribers to the edge", "err", err)
+		}
+	}
 	servers.Go(func() {
 		tick := time.NewTicker(devKVSync)
 		defer tick.Stop()
@@ -131,9 +141,7 @@ func runDev(ctx context.Context, out io.Writer, log *slog.Logger, listen, edgeLi
 			case <-srvCtx.Done():
 				return
 			case <-tick.C:
-				if _, err := syncEdgeKV(srvCtx, st, edge); err != nil && srvCtx.Err() == nil {
-					log.Warn("dev: copying the subscribers to the edge", "err", err)
-				}
+				syncKV()
 			}
 		}
 	})
@@ -152,7 +160,8 @@ func runDev(ctx context.Context, out io.Writer, log *slog.Logger, listen, edgeLi
 		return err
 	}
 	defer eng.Stop(context.WithoutCancel(ctx))
-	apiSrv, err := api.New(api.Options{Store: st, BodyLimit: int64(global.bodyLimit), Logger: log, Registry: newRegistry(), Wake: eng.Wake})
+	apiSrv, err := api.New(api.Options{Store: st, BodyLimit: int64(global.bodyLimit), Logger: log, Registry: newRegistry(),
+		Wake: func() { syncKV(); eng.Wake() }})
 	if err != nil {
 		return err
 	}

@@ -281,6 +281,8 @@ type groupPlan struct {
 	pending    map[string]int64        // pending deliveries per subscriber, as the plan leaves them
 	known      map[string]*storedEvent // event ids stored or planned
 	nextSeq    int64                   // the seq of the next planned event
+	firstRow   int64                   // the seq of the group's first delivery (see write)
+	pinFirst   bool                    // the newest deliveries handed out are deleted
 	events     []newEvent
 	rows       []newDelivery
 	latest     map[[2]string]int       // (subscriber, coalesce key) → index in rows of the newest
@@ -295,9 +297,10 @@ type groupPlan struct {
 func (s *Store) newGroupPlan(ctx context.Context, tx *sql.Tx, group []*emitReq, subs []*Subscriber) (*groupPlan, error) {
 	p := &groupPlan{s: s, subs: subs, cap: s.opts.GlobalCap, known: map[string]*storedEvent{}, latest: map[[2]string]int{},
 		firstKey: map[[2]string]resultRef{}, dups: map[int64][]resultRef{}, pending: map[string]int64{}}
-	// New events take the seqs SQLite would give them (the largest + 1, and on), so their
-	// deliveries are planned with them and the events' INSERT returns nothing.
-	if err := s.queryRow(ctx, tx, `SELECT coalesce(max(seq), 0) + 1 FROM events`).Scan(&p.nextSeq); err != nil {
+	// New events and deliveries take their seqs past the marks (migration 0007), so deliveries
+	// are planned with their events' seqs, the INSERTs return nothing, and a seq deleted by a
+	// prune or with its subscriber is never given again (a delivery's id is public).
+	if err := s.queryRow(ctx, tx, readSeqMarksSQL).Scan(&p.nextSeq, &p.firstRow, &p.pinFirst); err != nil {
 		return nil, err
 	}
 	counts, err := s.query(ctx, tx, `SELECT subscriber_id, status, n FROM queue_counts WHERE status IN ('pending', 'leased')`)
@@ -441,13 +444,14 @@ func (p *groupPlan) add(r *emitReq) {
 }
 
 // write stores the plan: the events, the supersedes of stored pending deliveries, the new
-// deliveries, and the delivery counts that re-emits of stored events report.
+// deliveries, the seq marks past them, and the delivery counts that re-emits of stored events
+// report.
 func (p *groupPlan) write(ctx context.Context, tx *sql.Tx, now int64) error {
 	if err := p.countDuplicates(ctx, tx); err != nil {
 		return err
 	}
-	// The ids and seqs were checked free inside this write transaction: a conflict here is a bug,
-	// and fails the group.
+	// The ids were checked free inside this write transaction, and the seqs are past every one
+	// handed out: a conflict here is a bug, and fails the group.
 	args := make([]any, 0, 1+6*padChunks[0])
 	err := padded(len(p.events), func(k, lo, hi int) error {
 		args = append(args[:0], now)
@@ -463,15 +467,27 @@ func (p *groupPlan) write(ctx context.Context, tx *sql.Tx, now int64) error {
 	if err := p.supersedeStored(ctx, tx, now); err != nil {
 		return err
 	}
+	// Deliveries take SQLite's rowid, the largest seq + 1: binding every seq cost each row a seek
+	// (the check that its seq is free) and a bound value, about 8 % of an emit's CPU. Once the
+	// newest deliveries handed out are deleted, the largest + 1 is a seq given before: the group's
+	// first row then takes the seq past the mark, and the others follow it.
+	rows := p.rows
+	if p.pinFirst && len(rows) > 0 {
+		r := rows[0]
+		if _, err := p.s.exec(ctx, tx, insertFirstDeliverySQL, now, p.firstRow, r.Event, r.Sub, string(r.Status), r.Key); err != nil {
+			return err
+		}
+		rows = rows[1:]
+	}
 	// The rows go in in plan order (among deliveries due at once, a subscriber's are claimed in
 	// seq order), each run of plain rows, all of them in a group without coalescing, binding two
 	// values a row instead of four.
-	for lo := 0; lo < len(p.rows); {
-		plain, hi := p.rows[lo].plain(), lo+1
-		for hi < len(p.rows) && p.rows[hi].plain() == plain {
+	for lo := 0; lo < len(rows); {
+		plain, hi := rows[lo].plain(), lo+1
+		for hi < len(rows) && rows[hi].plain() == plain {
 			hi++
 		}
-		run := p.rows[lo:hi]
+		run := rows[lo:hi]
 		err := padded(len(run), func(k, i, j int) error {
 			args = append(args[:0], now)
 			for _, r := range run[i:j] {
@@ -493,8 +509,29 @@ func (p *groupPlan) write(ctx context.Context, tx *sql.Tx, now int64) error {
 		}
 		lo = hi
 	}
+	if len(p.events) > 0 {
+		if _, err := p.s.exec(ctx, tx, writeSeqMarksSQL, p.nextSeq-1, p.firstRow-1); err != nil {
+			return err
+		}
+	}
 	return p.countRows(ctx, tx)
 }
+
+// readSeqMarksSQL reads the next event seq and delivery seq, one past the marks (migration 0007,
+// the last seqs handed out), and whether the largest delivery seq stored is below its mark.
+const readSeqMarksSQL = `SELECT e + 1, d + 1, d > (SELECT coalesce(max(seq), 0) FROM deliveries)
+	FROM (SELECT (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'events_seq') AS e,
+		(SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'deliveries_seq') AS d)`
+
+// writeSeqMarksSQL sets the marks to the last event seq handed out (?1) and to the largest
+// delivery seq stored, or kept at ?2 if that is lower (no deliveries written).
+const writeSeqMarksSQL = `UPDATE meta SET value = iif(key = 'events_seq', ?1, max(?2, coalesce((SELECT max(seq) FROM deliveries), 0)))
+	WHERE key IN ('events_seq', 'deliveries_seq')`
+
+// insertFirstDeliverySQL inserts one delivery (now, seq, event seq, subscriber, status, coalesce
+// key) due now.
+const insertFirstDeliverySQL = `INSERT INTO deliveries(seq, event_seq, subscriber_id, status, coalesce_key, next_attempt_at, age_from, created_at, updated_at)
+	VALUES (?2, ?3, ?4, ?5, ?6, ?1, ?1, ?1, ?1)`
 
 // insertSQL renders an INSERT into cols for every padChunks size: each row binds k values, followed
 // by the expressions now (of t.now, the first parameter). Rows of NULLs, the padding of a chunk, are

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -186,5 +188,141 @@ func TestDeletesLeaveNoOrphans(t *testing.T) {
 	}
 	if n := countRows(t, s, `SELECT count(*) FROM deliveries`); n == 0 {
 		t.Fatal("the prune left keep no pending delivery: the check above proves nothing")
+	}
+}
+
+// maxSeqs returns the largest event and delivery seqs stored.
+func maxSeqs(t *testing.T, s *Store) (events, deliveries int64) {
+	t.Helper()
+	return countRows(t, s, `SELECT coalesce(max(seq), 0) FROM events`), countRows(t, s, `SELECT coalesce(max(seq), 0) FROM deliveries`)
+}
+
+// emitAbove emits an event matching subscriber a and fails unless its seq and its delivery's seq
+// (from the delivery's public id) are above the given ones. It returns them.
+func emitAbove(t *testing.T, s *Store, id string, event, delivery int64) (int64, int64) {
+	t.Helper()
+	if res := mustEmit(t, s, id, "a.t", `{}`); res.Deliveries != 1 {
+		t.Fatalf("%s: %d deliveries, want 1", id, res.Deliveries)
+	}
+	page, err := s.ListDeliveries(context.Background(), DeliveryFilter{EventID: id})
+	if err != nil || len(page.Deliveries) != 1 {
+		t.Fatalf("%s: deliveries %+v %v", id, page, err)
+	}
+	dseq, err := s.deliverySeq(page.Deliveries[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eseq := countRows(t, s, `SELECT seq FROM events WHERE id = ?`, id)
+	if eseq <= event || dseq <= delivery {
+		t.Fatalf("%s got event seq %d and delivery seq %d, want them above %d and %d, handed out before", id, eseq, dseq, event, delivery)
+	}
+	return eseq, dseq
+}
+
+// deliverAll claims and delivers everything due.
+func deliverAll(t *testing.T, s *Store, now time.Time) {
+	t.Helper()
+	var items []Settlement
+	for _, c := range claim(t, s, now, 100).Deliveries {
+		items = append(items, done(c, ResultDelivered))
+	}
+	settle(t, s, now, items...)
+}
+
+// TestSeqsAreNeverReused: a delivery's id is public (the edge deduplicates on it), so neither a
+// prune of the newest rows nor the delete of the subscriber holding them may let a later emit give
+// their seqs again, across a reopen too.
+func TestSeqsAreNeverReused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "seqs.db")
+	s, clk := open(t, Options{Path: path})
+	mustSub(t, s, SubscriberInput{ID: "a", Events: []string{"a.*"}})
+	mustSub(t, s, SubscriberInput{ID: "b", Events: []string{"b.*"}})
+	prune := func(s *Store) {
+		t.Helper()
+		clk.Advance(48 * time.Hour)
+		if _, err := s.Prune(ctx, clk.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if n := countRows(t, s, `SELECT (SELECT count(*) FROM events) + (SELECT count(*) FROM deliveries)`); n != 0 {
+			t.Fatalf("%d rows left after pruning everything", n)
+		}
+	}
+
+	// Everything delivered and pruned.
+	emitN(t, s, "a", 5)
+	deliverAll(t, s, clk.Now())
+	ev, dl := maxSeqs(t, s)
+	prune(s)
+	ev, dl = emitAbove(t, s, "after-prune", ev, dl)
+
+	// The newest deliveries deleted with their subscriber (their events stay).
+	emitN(t, s, "b", 5)
+	_, dl = maxSeqs(t, s)
+	if err := s.DeleteSubscriber(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	ev, dl = emitAbove(t, s, "after-delete", ev, dl)
+
+	// Pruned again, closed and reopened.
+	deliverAll(t, s, clk.Now())
+	ev, _ = maxSeqs(t, s)
+	prune(s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, _ = open(t, Options{Path: path, Now: clk.Now})
+	emitAbove(t, s, "after-reopen", ev, dl)
+}
+
+// TestTwoStoresEmittingOnOneFileNeverCollide: two handles on one file, as two processes, emit
+// concurrently; each takes its seqs from the marks inside its own write transaction, so no emit
+// fails on a taken seq and every event and delivery is stored once.
+func TestTwoStoresEmittingOnOneFileNeverCollide(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "shared.db")
+	a, clk := open(t, Options{Path: path})
+	b, _ := open(t, Options{Path: path, Now: clk.Now})
+	mustSub(t, a, SubscriberInput{ID: "s1"})
+	mustSub(t, b, SubscriberInput{ID: "s2"})
+	const callers, events = 4, 50 // per store
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*callers)
+	for i, s := range []*Store{a, b, a, b, a, b, a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range events {
+				// Pairs, so groups of several events and single ones both occur.
+				batch := []EmitInput{{ID: fmt.Sprintf("e%d-%d", i, j), Type: "t", Body: []byte(`{}`)}}
+				if j%2 == 0 {
+					batch = append(batch, EmitInput{ID: fmt.Sprintf("e%d-%d-b", i, j), Type: "t", Body: []byte(`{}`)})
+				}
+				if _, err := s.EmitBatch(context.Background(), batch); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	want := int64(2 * callers * events * 3 / 2)
+	if n := countRows(t, a, `SELECT count(*) FROM events`); n != want {
+		t.Fatalf("%d events stored, want %d", n, want)
+	}
+	if n := countRows(t, a, `SELECT count(DISTINCT seq) FROM deliveries`); n != 2*want {
+		t.Fatalf("%d deliveries stored, want %d", n, 2*want)
+	}
+	ev, dl := maxSeqs(t, a)
+	if got := countRows(t, a, `SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'events_seq'`); got != ev {
+		t.Fatalf("events mark %d, want the largest seq %d", got, ev)
+	}
+	if got := countRows(t, a, `SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'deliveries_seq'`); got != dl {
+		t.Fatalf("deliveries mark %d, want the largest seq %d", got, dl)
 	}
 }

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -337,68 +336,40 @@ const prunableSQL = `SELECT seq FROM deliveries WHERE status IN ('delivered', 'd
 // pruneChunk bounds one prune transaction, so other writers are not blocked for long.
 const pruneChunk = 2000
 
-// Prune deletes delivered, dead and superseded deliveries (with their attempts) last changed
-// before cutoff, then events older than cutoff that no delivery references. It returns the number
-// of deliveries deleted.
+// Prune deletes delivered, dead and superseded deliveries (their attempts go by trigger, migration
+// 0008) last changed before cutoff, then events older than cutoff that no delivery references. It
+// returns the number of deliveries deleted.
 func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 	limit := ` LIMIT ` + strconv.Itoa(pruneChunk)
-	var total int64
-	for i, del := range []func(tx *sql.Tx) (int64, error){
-		func(tx *sql.Tx) (int64, error) {
-			return deleteDeliveries(ctx, tx, `seq IN (`+prunableSQL+limit+`)`, ms(cutoff))
-		},
-		func(tx *sql.Tx) (int64, error) {
-			r, err := tx.ExecContext(ctx, `DELETE FROM events WHERE seq IN (SELECT seq FROM events e WHERE created_at < ?
-				AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = e.seq)`+limit+`)`, ms(cutoff))
-			if err != nil {
-				return 0, err
-			}
-			return r.RowsAffected()
-		},
+	var deliveries int64
+	for _, step := range []struct {
+		q     string
+		total *int64 // nil: not counted
+	}{
+		{`DELETE FROM deliveries WHERE seq IN (` + prunableSQL + limit + `)`, &deliveries},
+		{`DELETE FROM events WHERE seq IN (SELECT seq FROM events e WHERE created_at < ?
+			AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = e.seq)` + limit + `)`, nil},
 	} {
 		for {
 			var n int64
-			err := s.inTx(ctx, func(tx *sql.Tx) (err error) {
-				n, err = del(tx)
+			err := s.inTx(ctx, func(tx *sql.Tx) error {
+				r, err := tx.ExecContext(ctx, step.q, ms(cutoff))
+				if err != nil {
+					return err
+				}
+				n, err = r.RowsAffected()
 				return err
 			})
 			if err != nil {
-				return total, fmt.Errorf("prune: %w", err)
+				return deliveries, fmt.Errorf("prune: %w", err)
 			}
-			if i == 0 { // deliveries; events are not counted
-				total += n
+			if step.total != nil {
+				*step.total += n
 			}
 			if n < pruneChunk {
 				break
 			}
 		}
 	}
-	return total, nil
-}
-
-// deleteDeliveries deletes the deliveries matching where (a condition on deliveries, with its
-// args) and their attempts, and returns how many deliveries. Foreign keys are not enforced (see
-// Open): every delete of deliveries goes through here so that no attempt outlives its delivery.
-// Their queue_counts go by trigger (deliveries_count_delete).
-func deleteDeliveries(ctx context.Context, tx *sql.Tx, where string, args ...any) (int64, error) {
-	rows, err := tx.QueryContext(ctx, `DELETE FROM deliveries WHERE `+where+` RETURNING seq`, args...)
-	if err != nil {
-		return 0, err
-	}
-	var seqs []int64
-	for rows.Next() {
-		var seq int64
-		if err := rows.Scan(&seq); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		seqs = append(seqs, seq)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil || len(seqs) == 0 {
-		return 0, err
-	}
-	list, _ := json.Marshal(seqs)
-	_, err = tx.ExecContext(ctx, `DELETE FROM attempts WHERE delivery_seq IN (SELECT value FROM json_each(?))`, string(list))
-	return int64(len(seqs)), err
+	return deliveries, nil
 }

@@ -451,7 +451,7 @@ func (p *groupPlan) write(ctx context.Context, tx *sql.Tx, now int64) error {
 		return err
 	}
 	// The ids were checked free inside this write transaction, and the seqs are past every one
-	// handed out: a conflict here is a bug, and fails the group.
+	// handed out and every one stored: a conflict here is a bug, and fails the group.
 	args := make([]any, 0, 1+6*padChunks[0])
 	err := padded(len(p.events), func(k, lo, hi int) error {
 		args = append(args[:0], now)
@@ -518,8 +518,10 @@ func (p *groupPlan) write(ctx context.Context, tx *sql.Tx, now int64) error {
 }
 
 // readSeqMarksSQL reads the next event seq and delivery seq, one past the marks (migration 0007,
-// the last seqs handed out), and whether the largest delivery seq stored is below its mark.
-const readSeqMarksSQL = `SELECT e + 1, d + 1, d > (SELECT coalesce(max(seq), 0) FROM deliveries)
+// the last seqs handed out), and whether the largest delivery seq stored is below its mark. An
+// event seq is also past the largest stored: a binary from before 0007, still running on the
+// file after a newer one migrated it, gives events the largest seq + 1 without moving the mark.
+const readSeqMarksSQL = `SELECT max(e, (SELECT coalesce(max(seq), 0) FROM events)) + 1, d + 1, d > (SELECT coalesce(max(seq), 0) FROM deliveries)
 	FROM (SELECT (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'events_seq') AS e,
 		(SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'deliveries_seq') AS d)`
 

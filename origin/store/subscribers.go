@@ -342,8 +342,8 @@ func (s *Store) UpdateSubscriber(ctx context.Context, id string, patch Subscribe
 
 // DeleteSubscriber removes a subscriber with its secrets, limiter row, deliveries and their
 // attempts (events stay until the retention prune). Foreign keys are not enforced (see Open): the
-// children go here, in the same transaction. Its queue_counts and delivered_by_second rows go by
-// trigger (migration 0006). A delivery of it in flight meanwhile settles as stale (settleSQL
+// children go here, in the same transaction; the deliveries' attempts, queue_counts and
+// delivered_by_second go by trigger (migrations 0008 and 0006). A delivery of it in flight meanwhile settles as stale (settleSQL
 // matches no row), so no attempt is logged for it.
 func (s *Store) DeleteSubscriber(ctx context.Context, id string) error {
 	return s.inTx(ctx, func(tx *sql.Tx) error {
@@ -354,13 +354,11 @@ func (s *Store) DeleteSubscriber(ctx context.Context, id string) error {
 		if n, _ := res.RowsAffected(); n == 0 {
 			return fmt.Errorf("subscriber %q: %w", id, ErrNotFound)
 		}
-		for _, q := range []string{`DELETE FROM subscriber_secrets WHERE subscriber_id = ?`, `DELETE FROM limiter WHERE subscriber_id = ?`} {
+		for _, q := range []string{`DELETE FROM subscriber_secrets WHERE subscriber_id = ?`, `DELETE FROM limiter WHERE subscriber_id = ?`,
+			`DELETE FROM deliveries WHERE subscriber_id = ?`} {
 			if _, err := tx.ExecContext(ctx, q, id); err != nil {
 				return err
 			}
-		}
-		if _, err := deleteDeliveries(ctx, tx, `subscriber_id = ?`, id); err != nil {
-			return err
 		}
 		return bumpSubscribersVersion(ctx, tx)
 	})

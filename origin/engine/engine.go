@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -155,7 +154,7 @@ func (e *Engine) Drain(ctx context.Context, opts DrainOptions) (DrainResult, err
 
 // closeIdle closes the keep-alive connections of both transports.
 func (s *senders) closeIdle() {
-	for _, t := range []*http.Transport{s.direct, s.edge} {
+	for _, t := range []*h1Transport{s.direct, s.edge} {
 		t.CloseIdleConnections()
 	}
 }

@@ -22,7 +22,8 @@ import (
 
 // senders holds the two shared keep-alive transports. Direct mode's dialer refuses internal
 // addresses; the edge transport is separate because the edge URL is the operator's own setting
-// and may well be local (the wazero harness).
+// and may well be local (the wazero harness). Each sends plain-http requests itself on the
+// sender's goroutine (h1Transport) and https ones through net/http's transport.
 //
 // Requests go to the transports themselves, not through an http.Client: a transport never follows
 // redirects (a receiver answers for itself, and following would let a public URL bounce the
@@ -30,20 +31,20 @@ import (
 // headers) is then work for nothing. Subscriber URLs carry no credentials (wire.ValidateURL), the
 // one other thing a client adds.
 type senders struct {
-	direct, edge *http.Transport
+	direct, edge *h1Transport
 }
 
 func newSenders(cfg *Config) *senders {
-	transport := func(control func(network, address string, c syscall.RawConn) error) *http.Transport {
+	transport := func(control func(network, address string, c syscall.RawConn) error) *h1Transport {
 		d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, Control: control}
-		return &http.Transport{
+		return newH1Transport(&http.Transport{
 			Proxy:               nil, // a proxy would dial for us and bypass the address check
 			DialContext:         d.DialContext,
 			MaxIdleConnsPerHost: cfg.Workers,
 			IdleConnTimeout:     90 * time.Second,
 			TLSHandshakeTimeout: 10 * time.Second,
 			ForceAttemptHTTP2:   true,
-		}
+		}, d)
 	}
 	return &senders{direct: transport(guardAddresses(cfg.AllowNetworks)), edge: transport(nil)}
 }

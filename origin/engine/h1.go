@@ -1,0 +1,335 @@
+package engine
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// h1Transport sends plain-http requests itself, over HTTP/1.1 keep-alive connections, on the
+// calling goroutine; every other request (https: TLS, HTTP/2) goes to next.
+//
+// Why: http.Transport runs a reader and a writer goroutine per connection and hands every request
+// and response between them and the caller over channels. On the origin's drain over loopback
+// that machinery and the scheduling under it cost about as much CPU as the TCP itself: a
+// stand-alone client of 96 goroutines used ~40 CPU-µs per request through http.Transport and
+// ~20 writing with one flush and reading the answer itself. Here the sender does just that.
+//
+// It keeps http.Transport's behaviour where a sender can see it: requests are written by
+// http.Request.Write (as the transport writes them, less its Accept-Encoding: gzip, so answers come
+// uncompressed rather than decompressed), answers are parsed by http.ReadResponse with the
+// transport's header size limit and 1xx handling, a connection is reused only once its answer was
+// read to the end and neither side asked to close, an idle connection the server has closed is
+// noticed before reuse, a request that failed before a byte was written on a reused connection is
+// sent again on a new one, and the request's context bounds and cancels every read and write.
+type h1Transport struct {
+	next    *http.Transport
+	dial    func(ctx context.Context, network, address string) (net.Conn, error)
+	maxIdle int           // idle connections kept per host:port
+	idleFor time.Duration // an idle connection is closed after this long unused
+
+	mu    sync.Mutex
+	idle  map[string][]*h1Conn // by host:port, the most recently used last
+	sweep *time.Timer          // closes connections idle past idleFor; nil while none is idle
+}
+
+// maxResponseHeaderBytes bounds an answer's status line and headers (with those of any 1xx
+// before it), as http.Transport's default does.
+const maxResponseHeaderBytes = 10 << 20
+
+// errHeadersTooLong is the error of an answer whose headers pass maxResponseHeaderBytes.
+var errHeadersTooLong = fmt.Errorf("server response headers exceeded %d bytes; aborted", maxResponseHeaderBytes)
+
+// aLongTimeAgo is a deadline in the past: setting it makes blocked reads and writes return.
+var aLongTimeAgo = time.Unix(1, 0)
+
+func newH1Transport(next *http.Transport, d *net.Dialer) *h1Transport {
+	return &h1Transport{next: next, dial: d.DialContext, maxIdle: next.MaxIdleConnsPerHost, idleFor: next.IdleConnTimeout,
+		idle: map[string][]*h1Conn{}}
+}
+
+// h1Conn is one keep-alive connection. Its Read and Write (under br and bw) count what was
+// written and bound what is read while a limit is set.
+type h1Conn struct {
+	nc      net.Conn
+	raw     syscall.RawConn // for alive's peek; nil if the connection has none
+	br      *bufio.Reader
+	bw      *bufio.Writer
+	addr    string
+	written int64
+	limit   int64 // bytes left to read; negative: no limit
+	idleAt  time.Time
+	// peekFn is alive's callback, made once per connection rather than a closure per check;
+	// peekLive is its answer.
+	peekFn   func(fd uintptr) bool
+	peekLive bool
+}
+
+func (c *h1Conn) Read(p []byte) (int, error) {
+	if c.limit < 0 {
+		return c.nc.Read(p)
+	}
+	if c.limit == 0 {
+		return 0, errHeadersTooLong
+	}
+	if int64(len(p)) > c.limit {
+		p = p[:c.limit]
+	}
+	n, err := c.nc.Read(p)
+	c.limit -= int64(n)
+	return n, err
+}
+
+func (c *h1Conn) Write(p []byte) (int, error) {
+	n, err := c.nc.Write(p)
+	c.written += int64(n)
+	return n, err
+}
+
+// alive reports whether an idle connection can take a request: the server has not closed it
+// and has sent nothing unasked (a non-blocking peek, the one read http.Transport's reader makes
+// between answers too).
+func (c *h1Conn) alive() bool {
+	if c.br.Buffered() > 0 {
+		return false
+	}
+	if c.raw == nil {
+		return true
+	}
+	c.peekLive = false
+	return c.raw.Read(c.peekFn) == nil && c.peekLive
+}
+
+func (c *h1Conn) peek(fd uintptr) bool {
+	c.peekLive = peekIdle(fd)
+	return true // never wait for data
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme != "http" || !canPeek {
+		return t.next.RoundTrip(req)
+	}
+	ctx := req.Context()
+	addr := req.URL.Host
+	if req.URL.Port() == "" {
+		addr = net.JoinHostPort(req.URL.Hostname(), "80")
+	}
+	for fresh := false; ; fresh = true {
+		c, reused, err := t.conn(ctx, addr, fresh)
+		if err != nil {
+			return nil, err
+		}
+		// The deadline first: AfterFunc may run at once, and its deadline in the past must win.
+		deadline, _ := ctx.Deadline()
+		c.nc.SetDeadline(deadline)
+		stop := context.AfterFunc(ctx, func() { c.nc.SetDeadline(aLongTimeAgo) })
+		resp, err := t.exchange(c, req, stop)
+		if err == nil {
+			return resp, nil
+		}
+		stop()
+		c.nc.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		// The connection's deadline may fire before the context's own timer: the same error.
+		if errors.Is(err, os.ErrDeadlineExceeded) && !deadline.IsZero() && !time.Now().Before(deadline) {
+			return nil, context.DeadlineExceeded
+		}
+		// Sent again only if nothing of it went out, and only once: the server closed a
+		// reused connection between the peek and the write.
+		if !reused || c.written > 0 || req.GetBody == nil {
+			return nil, err
+		}
+		if req.Body, err = req.GetBody(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// exchange writes req on c and reads the answer's headers. On success the answer's body owns c
+// and stop, the context's AfterFunc (c goes back to the pool once the body is read to the end,
+// or is closed).
+func (t *h1Transport) exchange(c *h1Conn, req *http.Request, stop func() bool) (*http.Response, error) {
+	c.written = 0
+	if err := req.Write(c.bw); err != nil {
+		return nil, err
+	}
+	if err := c.bw.Flush(); err != nil {
+		return nil, err
+	}
+	c.limit = maxResponseHeaderBytes
+	var resp *http.Response
+	for {
+		var err error
+		if resp, err = http.ReadResponse(c.br, req); err != nil {
+			return nil, err
+		}
+		// 1xx answers but 101 are interim: the final one follows (http.Transport does the same).
+		if resp.StatusCode < 100 || resp.StatusCode > 199 || resp.StatusCode == http.StatusSwitchingProtocols {
+			break
+		}
+	}
+	c.limit = -1
+	body := &h1Body{t: t, c: c, src: resp.Body, stop: stop, keep: !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols}
+	if resp.Body == http.NoBody {
+		body.eof = true
+		body.Close()
+		return resp, nil
+	}
+	resp.Body = body
+	return resp, nil
+}
+
+// h1Body is an answer's body: its connection goes back to the pool once it was read to the end.
+type h1Body struct {
+	t    *h1Transport
+	c    *h1Conn
+	src  io.ReadCloser
+	keep bool // the connection may serve another request once the body is read
+	eof  bool
+	stop func() bool // the context's AfterFunc
+	done bool
+}
+
+func (b *h1Body) Read(p []byte) (int, error) {
+	if b.done {
+		return 0, errors.New("read on a closed body")
+	}
+	n, err := b.src.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
+}
+
+// Close hands the connection back, or closes it when the body was not read to the end (reading
+// the rest could take forever) or the connection cannot be reused.
+func (b *h1Body) Close() error {
+	if b.done {
+		return nil
+	}
+	b.done = true
+	if b.eof && b.keep && b.stop() {
+		b.t.put(b.c)
+		return nil
+	}
+	b.stop()
+	return b.c.nc.Close()
+}
+
+// conn returns an idle connection to addr that is still alive (unless fresh) or dials one.
+func (t *h1Transport) conn(ctx context.Context, addr string, fresh bool) (*h1Conn, bool, error) {
+	for !fresh {
+		c := t.take(addr)
+		if c == nil {
+			break
+		}
+		if time.Since(c.idleAt) < t.idleFor && c.alive() {
+			return c, true, nil
+		}
+		c.nc.Close()
+	}
+	nc, err := t.dial(ctx, "tcp", addr)
+	if err != nil {
+		return nil, false, err
+	}
+	c := &h1Conn{nc: nc, addr: addr, limit: -1}
+	if sc, ok := nc.(syscall.Conn); ok {
+		if c.raw, err = sc.SyscallConn(); err != nil {
+			nc.Close()
+			return nil, false, err
+		}
+	}
+	c.peekFn = c.peek
+	c.br, c.bw = bufio.NewReader(c), bufio.NewWriter(c)
+	return c, false, nil
+}
+
+// take removes the most recently used idle connection to addr from the pool.
+func (t *h1Transport) take(addr string) *h1Conn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	conns := t.idle[addr]
+	if len(conns) == 0 {
+		return nil
+	}
+	c := conns[len(conns)-1]
+	conns[len(conns)-1] = nil
+	t.idle[addr] = conns[:len(conns)-1]
+	return c
+}
+
+// put returns c to the pool, or closes it when the pool holds maxIdle connections to its host.
+func (t *h1Transport) put(c *h1Conn) {
+	c.nc.SetDeadline(time.Time{})
+	c.idleAt = time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.idle[c.addr]) >= t.maxIdle {
+		c.nc.Close()
+		return
+	}
+	t.idle[c.addr] = append(t.idle[c.addr], c)
+	if t.sweep == nil {
+		t.sweep = time.AfterFunc(t.idleFor, t.sweepIdle)
+	}
+}
+
+// sweepIdle closes the connections idle for idleFor or longer and runs again when the next one
+// will be.
+func (t *h1Transport) sweepIdle() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := time.Now()
+	var next time.Time
+	for addr, conns := range t.idle {
+		kept := conns[:0]
+		for _, c := range conns {
+			if now.Sub(c.idleAt) >= t.idleFor {
+				c.nc.Close()
+				continue
+			}
+			kept = append(kept, c)
+			if next.IsZero() || c.idleAt.Before(next) {
+				next = c.idleAt
+			}
+		}
+		clear(conns[len(kept):])
+		if len(kept) == 0 {
+			delete(t.idle, addr)
+		} else {
+			t.idle[addr] = kept
+		}
+	}
+	t.sweep = nil
+	if !next.IsZero() {
+		t.sweep = time.AfterFunc(next.Add(t.idleFor).Sub(now), t.sweepIdle)
+	}
+}
+
+// CloseIdleConnections closes the idle connections, its own and next's.
+func (t *h1Transport) CloseIdleConnections() {
+	t.mu.Lock()
+	for addr, conns := range t.idle {
+		for _, c := range conns {
+			c.nc.Close()
+		}
+		delete(t.idle, addr)
+	}
+	if t.sweep != nil {
+		t.sweep.Stop()
+		t.sweep = nil
+	}
+	t.mu.Unlock()
+	t.next.CloseIdleConnections()
+}

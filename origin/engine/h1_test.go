@@ -1,0 +1,200 @@
+package engine
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// scripted is a loopback server that answers each request read on a connection with the next
+// of its answers (raw bytes) and closes the connection after an answer that ends in <close>.
+// Once its answers are used up it reads without answering until the client closes. It hands
+// over every connection it accepted, one at a time, in order.
+type scripted struct {
+	ln    net.Listener
+	conns chan net.Conn // every accepted connection, in order
+}
+
+func newScripted(t *testing.T, answers ...string) *scripted {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &scripted{ln: ln, conns: make(chan net.Conn, 16)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		next := 0
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.conns <- c
+			br := bufio.NewReader(c)
+			for next < len(answers) {
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					break
+				}
+				io.Copy(io.Discard, req.Body)
+				a, closeAfter := strings.CutSuffix(answers[next], "<close>")
+				next++
+				c.Write([]byte(a))
+				if closeAfter {
+					break
+				}
+			}
+			if next == len(answers) {
+				io.Copy(io.Discard, c)
+			}
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+	})
+	return s
+}
+
+func (s *scripted) accepted() int { return len(s.conns) }
+
+func newTestH1(t *testing.T) *h1Transport {
+	t.Helper()
+	d := &net.Dialer{Timeout: 5 * time.Second}
+	h := newH1Transport(&http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute}, d)
+	t.Cleanup(h.CloseIdleConnections)
+	return h
+}
+
+// post sends one POST through h and returns the status and the body read to the end.
+func post(t *testing.T, ctx context.Context, h *h1Transport, url string) (int, string, error) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(`{"a":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := h.RoundTrip(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+func TestH1KeepsAliveAndParsesAnswers(t *testing.T) {
+	s := newScripted(t,
+		"HTTP/1.1 204 No Content\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+		"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nbus\r\n1\r\ny\r\n0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 1\r\n\r\nx<close>",
+		"HTTP/1.0 200 OK\r\n\r\nuntil close<close>",
+		"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n",
+	)
+	h := newTestH1(t)
+	url := "http://" + s.ln.Addr().String() + "/hook"
+	for i, want := range []struct {
+		status int
+		body   string
+		conns  int // accepted after the answer
+	}{{204, "", 1}, {200, "ok", 1}, {201, "", 1}, {503, "busy", 1}, {200, "x", 1}, {200, "until close", 2}, {202, "", 3}} {
+		status, body, err := post(t, context.Background(), h, url)
+		if err != nil || status != want.status || body != want.body || s.accepted() != want.conns {
+			t.Fatalf("request %d: %d %q %v on %d connections, want %d %q on %d", i, status, body, err, s.accepted(), want.status, want.body, want.conns)
+		}
+	}
+}
+
+func TestH1DoesNotReuseAConnectionTheServerClosed(t *testing.T) {
+	// The first answer looks reusable, but the server closes the connection right after it.
+	s := newScripted(t, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n<close>", "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+	h := newTestH1(t)
+	url := "http://" + s.ln.Addr().String() + "/hook"
+	if status, _, err := post(t, context.Background(), h, url); err != nil || status != 200 {
+		t.Fatalf("first: %d %v", status, err)
+	}
+	first := <-s.conns
+	// Wait until the server's close has reached the client: its end of the connection reads EOF.
+	first.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := first.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the server's end of the first connection is still open")
+	}
+	if status, _, err := post(t, context.Background(), h, url); err != nil || status != 200 {
+		t.Fatalf("second, after the server closed the idle connection: %d %v", status, err)
+	}
+	if n := s.accepted() + 1; n != 2 {
+		t.Fatalf("%d connections, want 2", n)
+	}
+}
+
+func TestH1ClosesAConnectionWhoseBodyWasNotReadToTheEnd(t *testing.T) {
+	s := newScripted(t, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789", "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+	h := newTestH1(t)
+	url := "http://" + s.ln.Addr().String() + "/hook"
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader("{}"))
+	resp, err := h.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.ReadFull(resp.Body, make([]byte, 4))
+	resp.Body.Close()
+	if status, _, err := post(t, context.Background(), h, url); err != nil || status != 200 || s.accepted() != 2 {
+		t.Fatalf("%d %v on %d connections, want 200 on a second one", status, err, s.accepted())
+	}
+}
+
+func TestH1RefusesEndlessHeaders(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		http.ReadRequest(bufio.NewReader(c))
+		c.Write([]byte("HTTP/1.1 200 OK\r\nX-Long: "))
+		chunk := []byte(strings.Repeat("a", 64<<10))
+		for range maxResponseHeaderBytes/len(chunk) + 2 {
+			if _, err := c.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
+	h := newTestH1(t)
+	if _, _, err := post(t, context.Background(), h, "http://"+ln.Addr().String()+"/"); !errors.Is(err, errHeadersTooLong) {
+		t.Fatalf("err %v, want %v", err, errHeadersTooLong)
+	}
+	<-done
+}
+
+func TestH1ContextBoundsTheExchange(t *testing.T) {
+	s := newScripted(t) // reads requests, never answers
+	h := newTestH1(t)
+	url := "http://" + s.ln.Addr().String() + "/hook"
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, _, err := post(t, ctx, h, url); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("deadline: err %v", err)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	time.AfterFunc(20*time.Millisecond, cancel)
+	if _, _, err := post(t, ctx, h, url); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancel: err %v", err)
+	}
+}

@@ -1,0 +1,9 @@
+//go:build !unix
+
+package engine
+
+// canPeek: without a non-blocking peek h1Transport could not tell a live idle connection from
+// one the server closed, so every request goes to net/http's transport.
+const canPeek = false
+
+func peekIdle(uintptr) bool { return false }

@@ -239,3 +239,44 @@ func TestWriteRequestWritesWhatRequestWriteWrites(t *testing.T) {
 		}
 	}
 }
+
+func TestH1SendsAgainOnANewConnectionWhenNothingWasWritten(t *testing.T) {
+	s := newScripted(t, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", "HTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n")
+	h := newTestH1(t)
+	url := "http://" + s.ln.Addr().String() + "/hook"
+	if status, _, err := post(t, context.Background(), h, url); err != nil || status != 200 {
+		t.Fatalf("first: %d %v", status, err)
+	}
+	// The idle connection still reads (it passes the peek) but can no longer write.
+	h.mu.Lock()
+	for _, conns := range h.idle {
+		for _, c := range conns {
+			c.nc.(*net.TCPConn).CloseWrite()
+		}
+	}
+	h.mu.Unlock()
+	if status, _, err := post(t, context.Background(), h, url); err != nil || status != 201 || s.accepted() != 2 {
+		t.Fatalf("second: %d %v on %d connections, want 201 on a new one", status, err, s.accepted())
+	}
+}
+
+func TestH1ClosesConnectionsIdleTooLong(t *testing.T) {
+	s := newScripted(t, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+	h := newTestH1(t)
+	h.idleFor = 10 * time.Millisecond
+	if status, _, err := post(t, context.Background(), h, "http://"+s.ln.Addr().String()+"/hook"); err != nil || status != 200 {
+		t.Fatalf("%d %v", status, err)
+	}
+	// The sweep runs on its own timer: wait (bounded) until it has emptied the pool.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		h.mu.Lock()
+		idle, sweep := len(h.idle), h.sweep
+		h.mu.Unlock()
+		if idle == 0 && sweep == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d hosts still idle, sweep %v, %s after the connection went idle", idle, sweep, 5*time.Second)
+		}
+	}
+}

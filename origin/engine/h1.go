@@ -25,9 +25,9 @@ import (
 // stand-alone client of 96 goroutines used ~40 CPU-µs per request through http.Transport and
 // ~20 writing with one flush and reading the answer itself. Here the sender does just that.
 //
-// It keeps http.Transport's behaviour where a sender can see it: requests are written by
-// http.Request.Write (as the transport writes them, less its Accept-Encoding: gzip, so answers come
-// uncompressed rather than decompressed), answers are parsed by http.ReadResponse with the
+// It keeps http.Transport's behaviour where a sender can see it: requests are written as
+// http.Request.Write writes them (writeRequest; the transport adds Accept-Encoding: gzip, this does
+// not, so answers come uncompressed rather than decompressed), answers are parsed by http.ReadResponse with the
 // transport's header size limit and 1xx handling, a connection is reused only once its answer was
 // read to the end and neither side asked to close, an idle connection the server has closed is
 // noticed before reuse, a request that failed before a byte was written on a reused connection is

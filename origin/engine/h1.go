@@ -9,8 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -25,9 +23,9 @@ import (
 // stand-alone client of 96 goroutines used ~40 CPU-µs per request through http.Transport and
 // ~20 writing with one flush and reading the answer itself. Here the sender does just that.
 //
-// It keeps http.Transport's behaviour where a sender can see it: requests are written as
-// http.Request.Write writes them (writeRequest; the transport adds Accept-Encoding: gzip, this does
-// not, so answers come uncompressed rather than decompressed), answers are parsed by http.ReadResponse with the
+// It keeps http.Transport's behaviour where a sender can see it: requests are written by
+// http.Request.Write (as the transport writes them, less its Accept-Encoding: gzip, so answers come
+// uncompressed rather than decompressed), answers are parsed by http.ReadResponse with the
 // transport's header size limit and 1xx handling, a connection is reused only once its answer was
 // read to the end and neither side asked to close, an idle connection the server has closed is
 // noticed before reuse, a request that failed before a byte was written on a reused connection is
@@ -163,7 +161,7 @@ func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // or is closed).
 func (t *h1Transport) exchange(c *h1Conn, req *http.Request, stop func() bool) (*http.Response, error) {
 	c.written = 0
-	if err := writeRequest(c.bw, req); err != nil {
+	if err := req.Write(c.bw); err != nil {
 		return nil, err
 	}
 	if err := c.bw.Flush(); err != nil {
@@ -190,79 +188,6 @@ func (t *h1Transport) exchange(c *h1Conn, req *http.Request, stop func() bool) (
 	}
 	resp.Body = body
 	return resp, nil
-}
-
-// writeRequest writes req into bw as http.Request.Write does (request line, Host, User-Agent,
-// Content-Length, the other headers, the body) for the requests the engine makes: a known length,
-// an ASCII host without an IPv6 zone, no CR or LF in any header. Any other request goes to Request.Write. Why: its
-// formatting (fmt, a sorted copy of the header keys, a newline-sanitising replacer) and its
-// allocations cost more than the rest of the write; headers go out in map order, which HTTP
-// allows.
-func writeRequest(bw *bufio.Writer, req *http.Request) error {
-	host := req.Host
-	if host == "" {
-		host = req.URL.Host
-	}
-	ua := req.Header["User-Agent"]
-	if req.ContentLength <= 0 || req.Body == nil || req.TransferEncoding != nil || req.Trailer != nil || req.Close ||
-		len(ua) != 1 || host == "" || strings.Contains(host, "%") || !plainHeaderText(host) || !plainHeaders(req.Header) {
-		return req.Write(bw)
-	}
-	bw.WriteString(req.Method)
-	bw.WriteByte(' ')
-	bw.WriteString(req.URL.RequestURI())
-	bw.WriteString(" HTTP/1.1\r\nHost: ")
-	bw.WriteString(host)
-	bw.WriteString("\r\nUser-Agent: ")
-	bw.WriteString(ua[0])
-	bw.WriteString("\r\nContent-Length: ")
-	bw.Write(strconv.AppendInt(bw.AvailableBuffer(), req.ContentLength, 10))
-	bw.WriteString("\r\n")
-	for k, vs := range req.Header {
-		switch k {
-		case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
-			continue
-		}
-		for _, v := range vs {
-			bw.WriteString(k)
-			bw.WriteString(": ")
-			bw.WriteString(v)
-			bw.WriteString("\r\n")
-		}
-	}
-	bw.WriteString("\r\n")
-	n, err := io.Copy(bw, req.Body)
-	req.Body.Close()
-	if err == nil && n != req.ContentLength {
-		err = fmt.Errorf("http: ContentLength=%d with Body length %d", req.ContentLength, n)
-	}
-	return err
-}
-
-// plainHeaders reports whether every header name and value is plainHeaderText.
-func plainHeaders(h http.Header) bool {
-	for k, vs := range h {
-		if !plainHeaderText(k) {
-			return false
-		}
-		for _, v := range vs {
-			if !plainHeaderText(v) {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// plainHeaderText reports whether s is printable ASCII (or tab): nothing Request.Write would
-// have to encode or sanitise.
-func plainHeaderText(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < ' ' && c != '\t' || c >= 0x7f {
-			return false
-		}
-	}
-	return true
 }
 
 // h1Body is an answer's body: its connection goes back to the pool once it was read to the end.

@@ -2,13 +2,11 @@ package engine
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -198,45 +196,6 @@ func TestH1ContextBoundsTheExchange(t *testing.T) {
 	time.AfterFunc(20*time.Millisecond, cancel)
 	if _, _, err := post(t, ctx, h, url); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancel: err %v", err)
-	}
-}
-
-func TestWriteRequestWritesWhatRequestWriteWrites(t *testing.T) {
-	parse := func(raw []byte) (*http.Request, string) {
-		t.Helper()
-		got, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(raw)))
-		if err != nil {
-			t.Fatalf("%v in %q", err, raw)
-		}
-		body, err := io.ReadAll(got.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got, string(body)
-	}
-	for _, target := range []string{"http://127.0.0.1:8080/hooks/a?x=1&y=%20", "http://example.com/", "http://[fe80::1%25eth0]:80/z"} {
-		var raw [2]bytes.Buffer
-		for i, write := range []func(*bufio.Writer, *http.Request) error{writeRequest, func(w *bufio.Writer, r *http.Request) error { return r.Write(w) }} {
-			req, err := http.NewRequest(http.MethodPost, target, strings.NewReader(`{"a":1}`))
-			if err != nil {
-				t.Fatal(err)
-			}
-			req.Header["User-Agent"] = []string{"edgehook/test"}
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("X-Custom", "a\tb")
-			req.Header["Webhook-Id"] = []string{"evt_1"}
-			bw := bufio.NewWriter(&raw[i])
-			if err := write(bw, req); err != nil {
-				t.Fatal(err)
-			}
-			bw.Flush()
-		}
-		fast, fastBody := parse(raw[0].Bytes())
-		std, stdBody := parse(raw[1].Bytes())
-		if fast.Method != std.Method || fast.RequestURI != std.RequestURI || fast.Host != std.Host || fast.ContentLength != std.ContentLength ||
-			!reflect.DeepEqual(fast.Header, std.Header) || fastBody != stdBody {
-			t.Errorf("%s:\n%q\nRequest.Write:\n%q", target, raw[0].String(), raw[1].String())
-		}
 	}
 }
 

@@ -113,12 +113,23 @@ func (c *h1Conn) peek(fd uintptr) bool {
 	return true // never wait for data
 }
 
+// h1MaxBody is the largest request body h1Transport sends; larger ones go to next. A receiver may
+// answer before it has read the body (a quick 503 with Retry-After, a 413) and stop reading:
+// net/http reads the answer while it writes, h1Transport only after. A body this small fits the
+// socket's send buffer, so its write completes and the answer is read; a larger one could block
+// until the deadline and lose the answer.
+const h1MaxBody = 8 << 10
+
 // RoundTrip implements http.RoundTripper.
 func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Scheme != "http" || !canPeek {
+	// A host name in Unicode goes to next too: it dials the name's ASCII (punycode) form.
+	if req.URL.Scheme != "http" || !canPeek || req.ContentLength > h1MaxBody || !asciiOnly(req.URL.Host) {
 		return t.next.RoundTrip(req)
 	}
 	ctx := req.Context()
+	if err := ctx.Err(); err != nil { // before taking an idle connection the cancel would close
+		return nil, err
+	}
 	addr := req.URL.Host
 	if req.URL.Port() == "" {
 		addr = net.JoinHostPort(req.URL.Hostname(), "80")
@@ -138,12 +149,8 @@ func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		stop()
 		c.nc.Close()
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		// The connection's deadline may fire before the context's own timer: the same error.
-		if errors.Is(err, os.ErrDeadlineExceeded) && !deadline.IsZero() && !time.Now().Before(deadline) {
-			return nil, context.DeadlineExceeded
+		if err := contextErr(ctx, err); err != nil {
+			return nil, err
 		}
 		// Sent again only if nothing of it went out, and only once: the server closed a
 		// reused connection between the peek and the write.
@@ -161,12 +168,36 @@ func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // or is closed).
 func (t *h1Transport) exchange(c *h1Conn, req *http.Request, stop func() bool) (*http.Response, error) {
 	c.written = 0
-	if err := req.Write(c.bw); err != nil {
-		return nil, err
+	werr := req.Write(c.bw)
+	if werr == nil {
+		werr = c.bw.Flush()
 	}
-	if err := c.bw.Flush(); err != nil {
-		return nil, err
+	keep := true
+	if werr != nil {
+		if c.written == 0 {
+			return nil, werr
+		}
+		// The receiver may have answered and closed before reading all of the request: its
+		// answer (a 503 with Retry-After, a 413) says more than the write's error. The answer is
+		// already here or not coming; the connection is not reused either way.
+		if deadline, ok := req.Context().Deadline(); !ok || time.Until(deadline) > earlyAnswerWait {
+			c.nc.SetReadDeadline(time.Now().Add(earlyAnswerWait))
+		}
+		keep = false
 	}
+	resp, err := t.readAnswer(c, req, stop, keep)
+	if werr != nil && err != nil {
+		return nil, werr
+	}
+	return resp, err
+}
+
+// earlyAnswerWait is how long a request whose write failed waits for an answer already sent.
+const earlyAnswerWait = 100 * time.Millisecond
+
+// readAnswer reads the answer to req from c. On success the answer's body owns c and stop; keep
+// says whether c may serve another request once that body is read to the end.
+func (t *h1Transport) readAnswer(c *h1Conn, req *http.Request, stop func() bool, keep bool) (*http.Response, error) {
 	c.limit = maxResponseHeaderBytes
 	var resp *http.Response
 	for {
@@ -180,7 +211,8 @@ func (t *h1Transport) exchange(c *h1Conn, req *http.Request, stop func() bool) (
 		}
 	}
 	c.limit = -1
-	body := &h1Body{t: t, c: c, src: resp.Body, stop: stop, keep: !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols}
+	body := &h1Body{t: t, c: c, ctx: req.Context(), src: resp.Body, stop: stop,
+		keep: keep && !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols}
 	if resp.Body == http.NoBody {
 		body.eof = true
 		body.Close()
@@ -194,6 +226,7 @@ func (t *h1Transport) exchange(c *h1Conn, req *http.Request, stop func() bool) (
 type h1Body struct {
 	t    *h1Transport
 	c    *h1Conn
+	ctx  context.Context // the request's
 	src  io.ReadCloser
 	keep bool // the connection may serve another request once the body is read
 	eof  bool
@@ -208,8 +241,32 @@ func (b *h1Body) Read(p []byte) (int, error) {
 	n, err := b.src.Read(p)
 	if err == io.EOF {
 		b.eof = true
+	} else if cerr := contextErr(b.ctx, err); cerr != nil {
+		err = cerr
 	}
 	return n, err
+}
+
+// contextErr returns the context's error if err came of it: the context is done, or err is the
+// connection's deadline, which may fire before the context's own timer. Otherwise nil.
+func contextErr(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
+	if deadline, ok := ctx.Deadline(); ok && errors.Is(err, os.ErrDeadlineExceeded) && !time.Now().Before(deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// asciiOnly reports whether s has no byte outside ASCII.
+func asciiOnly(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // Close hands the connection back, or closes it when the body was not read to the end (reading

@@ -2,12 +2,14 @@ package engine
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -237,5 +239,105 @@ func TestH1ClosesConnectionsIdleTooLong(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d hosts still idle, sweep %v, %s after the connection went idle", idle, sweep, 5*time.Second)
 		}
+	}
+}
+
+// TestH1GetsAnAnswerSentBeforeTheBodyWasRead: a receiver that answers 503 with Retry-After after
+// the request's headers and reads no further. A small body still fits the socket's buffers, so
+// h1Transport reads the answer after writing; a large one goes to net/http, which reads the
+// answer while it writes (h1Transport would block on the write until the deadline).
+func TestH1GetsAnAnswerSentBeforeTheBodyWasRead(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var served sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		close(release)
+		served.Wait()
+	})
+	served.Add(1)
+	go func() {
+		defer served.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			served.Add(1)
+			go func() {
+				defer served.Done()
+				defer c.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+					return
+				}
+				c.Write([]byte("HTTP/1.1 503 Service Unavailable\r\nRetry-After: 30\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"))
+				<-release // neither reads the body nor closes
+			}()
+		}
+	}()
+	h := newTestH1(t)
+	// 16 MiB passes what loopback's socket buffers take while nobody reads (a few MB): a write
+	// of it blocks, as a smaller one can over a real network.
+	for _, size := range []int{1 << 10, h1MaxBody, 16 << 20} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+ln.Addr().String()+"/hook", bytes.NewReader(make([]byte, size)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := h.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("%d-byte body: %v, want the 503", size, err)
+		}
+		resp.Body.Close()
+		cancel()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "30" {
+			t.Fatalf("%d-byte body: %d Retry-After %q, want 503 and 30", size, resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+	}
+}
+
+// TestH1LeavesUnicodeHostsToNetHTTP: net/http dials a host name's punycode form; h1Transport
+// would dial the Unicode one, which the resolver refuses.
+func TestH1LeavesUnicodeHostsToNetHTTP(t *testing.T) {
+	dialled := make(chan string, 2)
+	dial := func(_ context.Context, _, addr string) (net.Conn, error) {
+		dialled <- addr
+		return nil, errors.New("no dialling in this test")
+	}
+	h := &h1Transport{next: &http.Transport{DialContext: dial}, dial: dial, maxIdle: 1, idleFor: time.Minute, idle: map[string][]*h1Conn{}}
+	req, err := http.NewRequest(http.MethodPost, "http://bücher.example/hook", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.RoundTrip(req); err == nil {
+		t.Fatal("a dial that fails gave an answer")
+	}
+	if addr := <-dialled; addr != "xn--bcher-kva.example:80" {
+		t.Fatalf("dialled %q, want the punycode form", addr)
+	}
+}
+
+// TestH1KeepsIdleConnectionsForACancelledRequest: a request whose context is already done fails
+// with its error before it takes (and would close) a pooled connection.
+func TestH1KeepsIdleConnectionsForACancelledRequest(t *testing.T) {
+	s := newScripted(t, "HTTP/1.1 204 No Content\r\n\r\n")
+	h := newTestH1(t)
+	url := "http://" + s.ln.Addr().String() + "/hook"
+	if status, _, err := post(t, context.Background(), h, url); err != nil || status != http.StatusNoContent {
+		t.Fatalf("first: %d %v", status, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := post(t, ctx, h, url); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled: err %v, want context.Canceled", err)
+	}
+	h.mu.Lock()
+	idle := len(h.idle[s.ln.Addr().String()])
+	h.mu.Unlock()
+	if idle != 1 {
+		t.Fatalf("%d idle connections after a cancelled request, want the 1 kept", idle)
 	}
 }

@@ -341,3 +341,54 @@ func TestH1KeepsIdleConnectionsForACancelledRequest(t *testing.T) {
 		t.Fatalf("%d idle connections after a cancelled request, want the 1 kept", idle)
 	}
 }
+
+// TestH1DoesNotSendAgainWhatWasWritten: the receiver reads the second request on a reused
+// connection, then closes it without answering. The request went out, so it may have been acted
+// on: h1Transport reports the error and does not send it again on a new connection.
+func TestH1DoesNotSendAgainWhatWasWritten(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	requests := make(chan struct{}, 4)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			br := bufio.NewReader(c)
+			for n := 0; ; n++ {
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					break
+				}
+				io.Copy(io.Discard, req.Body)
+				requests <- struct{}{}
+				if n > 0 {
+					break // the second request on a connection: closed unanswered
+				}
+				c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"))
+			}
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+	})
+	h := newTestH1(t)
+	url := "http://" + ln.Addr().String() + "/hook"
+	if status, _, err := post(t, context.Background(), h, url); err != nil || status != http.StatusOK {
+		t.Fatalf("first: %d %v", status, err)
+	}
+	if _, _, err := post(t, context.Background(), h, url); err == nil {
+		t.Fatal("second: answered, want the connection's error")
+	}
+	// A resend would be the first request on a new connection, answered 200 above.
+	if n := len(requests); n != 2 {
+		t.Fatalf("the receiver read %d requests, want 2: the second was sent again", n)
+	}
+}

@@ -96,12 +96,15 @@ func post(t *testing.T, ctx context.Context, h *h1Transport, url string) (int, s
 func TestH1KeepsAliveAndParsesAnswers(t *testing.T) {
 	s := newScripted(t,
 		"HTTP/1.1 204 No Content\r\n\r\n",
+		"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n", // a 304 has no body, whatever its length says
 		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
 		"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n",
 		"HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nbus\r\n1\r\ny\r\n0\r\n\r\n",
 		"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 1\r\n\r\nx<close>",
 		"HTTP/1.0 200 OK\r\n\r\nuntil close<close>",
 		"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: test\r\n\r\n", // final, and ends the connection's HTTP
+		"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
 	)
 	h := newTestH1(t)
 	url := "http://" + s.ln.Addr().String() + "/hook"
@@ -109,7 +112,8 @@ func TestH1KeepsAliveAndParsesAnswers(t *testing.T) {
 		status int
 		body   string
 		conns  int // accepted after the answer
-	}{{204, "", 1}, {200, "ok", 1}, {201, "", 1}, {503, "busy", 1}, {200, "x", 1}, {200, "until close", 2}, {202, "", 3}} {
+	}{{204, "", 1}, {304, "", 1}, {200, "ok", 1}, {201, "", 1}, {503, "busy", 1}, {200, "x", 1}, {200, "until close", 2}, {202, "", 3},
+		{101, "", 3}, {200, "", 4}} {
 		status, body, err := post(t, context.Background(), h, url)
 		if err != nil || status != want.status || body != want.body || s.accepted() != want.conns {
 			t.Fatalf("request %d: %d %q %v on %d connections, want %d %q on %d", i, status, body, err, s.accepted(), want.status, want.body, want.conns)

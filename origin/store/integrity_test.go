@@ -3,8 +3,10 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -388,5 +390,44 @@ func TestTwoStoresEmittingOnOneFileNeverCollide(t *testing.T) {
 	}
 	if got := countRows(t, a, `SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'deliveries_seq'`); got != dl {
 		t.Fatalf("deliveries mark %d, want the largest seq %d", got, dl)
+	}
+}
+
+// TestRenewStoreID: after a new store id (for a restored backup), every delivery id handed out
+// differs from every one before, whatever its seq; the old ids are not found any more.
+func TestRenewStoreID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "restored.db")
+	s, clk := open(t, Options{Path: path})
+	mustSub(t, s, SubscriberInput{ID: "a", Events: []string{"a.*"}})
+	idOf := func(s *Store, event string) string {
+		t.Helper()
+		page, err := s.ListDeliveries(ctx, DeliveryFilter{EventID: event})
+		if err != nil || len(page.Deliveries) != 1 {
+			t.Fatalf("deliveries of %s: %+v %v", event, page, err)
+		}
+		return page.Deliveries[0].ID
+	}
+	mustEmit(t, s, "before", "a.t", `{}`)
+	before := idOf(s, "before")
+	storeID, err := s.RenewStoreID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, _ = open(t, Options{Path: path, Now: clk.Now})
+	mustEmit(t, s, "after", "a.t", `{}`)
+	prefix := "dlv_" + storeID + "_"
+	if after := idOf(s, "after"); !strings.HasPrefix(after, prefix) || strings.HasPrefix(before, prefix) {
+		t.Fatalf("ids %s before and %s after the new store id %s", before, after, storeID)
+	}
+	if _, err := s.GetDelivery(ctx, before); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the old id %s: %v, want not found", before, err)
+	}
+	if now := idOf(s, "before"); !strings.HasPrefix(now, prefix) {
+		t.Fatalf("the stored delivery's id is %s, want it under the new store id %s", now, storeID)
 	}
 }

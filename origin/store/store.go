@@ -460,6 +460,24 @@ func (s *Store) queryRow(ctx context.Context, tx *sql.Tx, q string, args ...any)
 }
 
 // randomHex returns n random bytes in hex.
+// RenewStoreID gives the database a new random store id and returns it: every delivery id
+// handed out from then on differs from every one before. It is for a restored backup, which
+// would otherwise hand out again the delivery ids given after the backup was taken, ids the edge
+// may hold as delivered and answer "duplicate" without forwarding (deploy.md). The ids of the
+// deliveries already stored change too; lookups by their old ids find nothing. This Store keeps
+// the id it was opened with, as does any other process that has the file open: stop them first.
+func (s *Store) RenewStoreID(ctx context.Context) (string, error) {
+	id := randomHex(4)
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'store_id'`, id)
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("renew store id: %w", err)
+	}
+	return id, nil
+}
+
 func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b) // never fails (crypto/rand since Go 1.24)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -616,5 +617,32 @@ func TestGCPercent(t *testing.T) {
 	got := debug.SetGCPercent(200)
 	if got != 200 {
 		t.Errorf("GC percent = %d, want 200", got)
+	}
+}
+
+// TestMigrateNewStoreID: `migrate --new-store-id` (after restoring a backup) puts the delivery
+// ids, stored and new, under a new store id.
+func TestMigrateNewStoreID(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	c.ok("subscribers", "add", "--id", "shop", "--url", "https://shop.example/hooks", "--events", "*")
+	c.ok("emit", "--type", "order.created", "--data", "{}")
+	pattern := regexp.MustCompile(`(?m)^(dlv_[0-9a-f]+_)1 `)
+	prefix := func() string {
+		t.Helper()
+		m := pattern.FindStringSubmatch(c.ok("deliveries", "list"))
+		if m == nil {
+			t.Fatal("deliveries list shows no delivery id")
+		}
+		return m[1]
+	}
+	before := prefix()
+	out := c.ok("migrate", "--new-store-id")
+	m := regexp.MustCompile(`^edgehook\.db: schema up to date\nedgehook\.db: new store id ([0-9a-f]{8}) \(delivery ids dlv_([0-9a-f]{8})_…\)\n$`).FindStringSubmatch(out)
+	if m == nil || m[1] != m[2] {
+		t.Fatalf("migrate --new-store-id printed %q", out)
+	}
+	if after := prefix(); after != "dlv_"+m[1]+"_" || after == before {
+		t.Fatalf("delivery ids under %s before and %s after the new store id %s", before, after, m[1])
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -113,7 +112,8 @@ func (c *h1Conn) peek(fd uintptr) bool {
 	return true // never wait for data
 }
 
-// h1MaxBody is the largest request body h1Transport sends; larger ones go to next. A receiver may
+// h1MaxBody is the largest request body h1Transport sends; larger ones, and bodies of unknown
+// length, go to next. A receiver may
 // answer before it has read the body (a quick 503 with Retry-After, a 413) and stop reading:
 // net/http reads the answer while it writes, h1Transport only after. A body this small fits the
 // socket's send buffer, so its write completes and the answer is read; a larger one could block
@@ -123,7 +123,7 @@ const h1MaxBody = 8 << 10
 // RoundTrip implements http.RoundTripper.
 func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	// A host name in Unicode goes to next too: it dials the name's ASCII (punycode) form.
-	if req.URL.Scheme != "http" || !canPeek || req.ContentLength > h1MaxBody || !asciiOnly(req.URL.Host) {
+	if req.URL.Scheme != "http" || !canPeek || !knownSmallBody(req) || !asciiOnly(req.URL.Host) {
 		return t.next.RoundTrip(req)
 	}
 	ctx := req.Context()
@@ -149,7 +149,7 @@ func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		stop()
 		c.nc.Close()
-		if err := contextErr(ctx, err); err != nil {
+		if err := contextErr(ctx); err != nil {
 			return nil, err
 		}
 		// Sent again only if nothing of it went out, and only once: the server closed a
@@ -182,6 +182,11 @@ func (t *h1Transport) exchange(c *h1Conn, req *http.Request, stop func() bool) (
 		// already here or not coming; the connection is not reused either way.
 		if deadline, ok := req.Context().Deadline(); !ok || time.Until(deadline) > earlyAnswerWait {
 			c.nc.SetReadDeadline(time.Now().Add(earlyAnswerWait))
+		}
+		// A cancel that came first set a deadline in the past, which the line above replaced; one
+		// that comes later sets it again after ours.
+		if req.Context().Err() != nil {
+			return nil, werr
 		}
 		keep = false
 	}
@@ -241,22 +246,33 @@ func (b *h1Body) Read(p []byte) (int, error) {
 	n, err := b.src.Read(p)
 	if err == io.EOF {
 		b.eof = true
-	} else if cerr := contextErr(b.ctx, err); cerr != nil {
-		err = cerr
+	} else if err != nil {
+		if cerr := contextErr(b.ctx); cerr != nil {
+			err = cerr
+		}
 	}
 	return n, err
 }
 
-// contextErr returns the context's error if err came of it: the context is done, or err is the
-// connection's deadline, which may fire before the context's own timer. Otherwise nil.
-func contextErr(ctx context.Context, err error) error {
+// contextErr returns the context's error if it is done or its deadline has passed (the
+// connection's deadline may fire before the context's own timer, and Request.Write wraps a body
+// write's error where errors.Is does not see it), or nil. Call it after an error.
+func contextErr(ctx context.Context) error {
 	if cerr := ctx.Err(); cerr != nil {
 		return cerr
 	}
-	if deadline, ok := ctx.Deadline(); ok && errors.Is(err, os.ErrDeadlineExceeded) && !time.Now().Before(deadline) {
+	if deadline, ok := ctx.Deadline(); ok && !time.Now().Before(deadline) {
 		return context.DeadlineExceeded
 	}
 	return nil
+}
+
+// knownSmallBody reports whether req's body has a known length of at most h1MaxBody.
+func knownSmallBody(req *http.Request) bool {
+	if req.Body == nil || req.Body == http.NoBody {
+		return true
+	}
+	return req.ContentLength > 0 && req.ContentLength <= h1MaxBody
 }
 
 // asciiOnly reports whether s has no byte outside ASCII.

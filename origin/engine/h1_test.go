@@ -396,3 +396,67 @@ func TestH1DoesNotSendAgainWhatWasWritten(t *testing.T) {
 		t.Fatalf("the receiver read %d requests, want 2: the second was sent again", n)
 	}
 }
+
+// TestH1LeavesLargeAndUnknownBodiesToNetHTTP: a body over h1MaxBody, or of unknown length, goes
+// to net/http, which reads an early answer while it writes; a small known one stays.
+func TestH1LeavesLargeAndUnknownBodiesToNetHTTP(t *testing.T) {
+	dialled := make(chan string, 1)
+	dialer := func(name string) func(context.Context, string, string) (net.Conn, error) {
+		return func(context.Context, string, string) (net.Conn, error) {
+			dialled <- name
+			return nil, errors.New("no dialling in this test")
+		}
+	}
+	h := &h1Transport{next: &http.Transport{DialContext: dialer("net/http")}, dial: dialer("h1"), maxIdle: 1, idleFor: time.Minute,
+		idle: map[string][]*h1Conn{}}
+	for _, c := range []struct {
+		name string
+		body io.Reader
+		want string
+	}{
+		{"1 KiB", bytes.NewReader(make([]byte, 1<<10)), "h1"},
+		{"no body", nil, "h1"},
+		{"past h1MaxBody", bytes.NewReader(make([]byte, h1MaxBody+1)), "net/http"},
+		{"unknown length", io.MultiReader(strings.NewReader("{}")), "net/http"},
+	} {
+		req, err := http.NewRequest(http.MethodPost, "http://127.0.0.1:9/hook", c.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.RoundTrip(req); err == nil {
+			t.Fatalf("%s: a dial that fails gave an answer", c.name)
+		}
+		if got := <-dialled; got != c.want {
+			t.Fatalf("%s: sent by %s, want %s", c.name, got, c.want)
+		}
+	}
+}
+
+// TestH1CancelledWhileWritingGivesNoAnswer: the context is cancelled while the request is being
+// written (the receiver has read part of it); an answer that comes after is not returned, and
+// the send ends with the cancel at once rather than after the early-answer wait.
+func TestH1CancelledWhileWritingGivesNoAnswer(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client, server := net.Pipe()
+	t.Cleanup(func() { client.Close(); server.Close() })
+	h := &h1Transport{next: &http.Transport{}, maxIdle: 1, idleFor: time.Minute, idle: map[string][]*h1Conn{},
+		dial: func(context.Context, string, string) (net.Conn, error) { return client, nil }}
+	go func() {
+		io.ReadFull(server, make([]byte, 10)) // part of the request line: the write has begun
+		cancel()
+		server.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")) // blocks unless the client reads it
+	}()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://127.0.0.1:9/hook", bytes.NewReader(make([]byte, 1<<10)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := h.RoundTrip(req)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("answered %d after the cancel", resp.StatusCode)
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want context.Canceled", err)
+	}
+}

@@ -459,7 +459,6 @@ func (s *Store) queryRow(ctx context.Context, tx *sql.Tx, q string, args ...any)
 	return tx.QueryRowContext(ctx, q, args...)
 }
 
-// randomHex returns n random bytes in hex.
 // RenewStoreID gives the database a new random store id and returns it: every delivery id
 // handed out from then on differs from every one before. It is for a restored backup, which
 // would otherwise hand out again the delivery ids given after the backup was taken, ids the edge
@@ -478,6 +477,7 @@ func (s *Store) RenewStoreID(ctx context.Context) (string, error) {
 	return id, nil
 }
 
+// randomHex returns n random bytes in hex.
 func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b) // never fails (crypto/rand since Go 1.24)

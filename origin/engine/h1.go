@@ -113,11 +113,10 @@ func (c *h1Conn) peek(fd uintptr) bool {
 }
 
 // h1MaxBody is the largest request body h1Transport sends; larger ones, and bodies of unknown
-// length, go to next. A receiver may
-// answer before it has read the body (a quick 503 with Retry-After, a 413) and stop reading:
-// net/http reads the answer while it writes, h1Transport only after. A body this small fits the
-// socket's send buffer, so its write completes and the answer is read; a larger one could block
-// until the deadline and lose the answer.
+// length, go to next. A receiver may answer before it has read the body (a quick 503 with
+// Retry-After, a 413) and stop reading: net/http reads the answer while it writes, h1Transport
+// only after. A body this small fits the socket's send buffer, so its write completes and the
+// answer is read; a larger one could block until the deadline and lose the answer.
 const h1MaxBody = 8 << 10
 
 // RoundTrip implements http.RoundTripper.

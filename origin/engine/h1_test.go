@@ -69,6 +69,42 @@ func newScripted(t *testing.T, answers ...string) *scripted {
 
 func (s *scripted) accepted() int { return len(s.conns) }
 
+// serveEach serves every connection ln accepts with handle, each on its own goroutine, and closes
+// the connection when handle returns. When the test ends it closes ln and waits for the handlers.
+func serveEach(t *testing.T, ln net.Listener, handle func(c net.Conn)) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				handle(c)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+	})
+}
+
+// listenLoopback listens on a free port of 127.0.0.1.
+func listenLoopback(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
 func newTestH1(t *testing.T) *h1Transport {
 	t.Helper()
 	d := &net.Dialer{Timeout: 5 * time.Second}
@@ -160,19 +196,8 @@ func TestH1ClosesAConnectionWhoseBodyWasNotReadToTheEnd(t *testing.T) {
 }
 
 func TestH1RefusesEndlessHeaders(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	ln := listenLoopback(t)
+	serveEach(t, ln, func(c net.Conn) {
 		http.ReadRequest(bufio.NewReader(c))
 		c.Write([]byte("HTTP/1.1 200 OK\r\nX-Long: "))
 		chunk := []byte(strings.Repeat("a", 64<<10))
@@ -181,12 +206,11 @@ func TestH1RefusesEndlessHeaders(t *testing.T) {
 				return
 			}
 		}
-	}()
+	})
 	h := newTestH1(t)
 	if _, _, err := post(t, context.Background(), h, "http://"+ln.Addr().String()+"/"); !errors.Is(err, errHeadersTooLong) {
 		t.Fatalf("err %v, want %v", err, errHeadersTooLong)
 	}
-	<-done
 }
 
 func TestH1ContextBoundsTheExchange(t *testing.T) {
@@ -251,37 +275,16 @@ func TestH1ClosesConnectionsIdleTooLong(t *testing.T) {
 // h1Transport reads the answer after writing; a large one goes to net/http, which reads the
 // answer while it writes (h1Transport would block on the write until the deadline).
 func TestH1GetsAnAnswerSentBeforeTheBodyWasRead(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := listenLoopback(t)
 	release := make(chan struct{})
-	var served sync.WaitGroup
-	t.Cleanup(func() {
-		ln.Close()
-		close(release)
-		served.Wait()
-	})
-	served.Add(1)
-	go func() {
-		defer served.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			served.Add(1)
-			go func() {
-				defer served.Done()
-				defer c.Close()
-				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
-					return
-				}
-				c.Write([]byte("HTTP/1.1 503 Service Unavailable\r\nRetry-After: 30\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"))
-				<-release // neither reads the body nor closes
-			}()
+	serveEach(t, ln, func(c net.Conn) {
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+			return
 		}
-	}()
+		c.Write([]byte("HTTP/1.1 503 Service Unavailable\r\nRetry-After: 30\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"))
+		<-release // neither reads the body nor closes
+	})
+	t.Cleanup(func() { close(release) }) // before serveEach's wait
 	h := newTestH1(t)
 	// 16 MiB passes what loopback's socket buffers take while nobody reads (a few MB): a write
 	// of it blocks, as a smaller one can over a real network.
@@ -350,38 +353,22 @@ func TestH1KeepsIdleConnectionsForACancelledRequest(t *testing.T) {
 // connection, then closes it without answering. The request went out, so it may have been acted
 // on: h1Transport reports the error and does not send it again on a new connection.
 func TestH1DoesNotSendAgainWhatWasWritten(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := listenLoopback(t)
 	requests := make(chan struct{}, 4)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
+	serveEach(t, ln, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for n := 0; ; n++ {
+			req, err := http.ReadRequest(br)
 			if err != nil {
 				return
 			}
-			br := bufio.NewReader(c)
-			for n := 0; ; n++ {
-				req, err := http.ReadRequest(br)
-				if err != nil {
-					break
-				}
-				io.Copy(io.Discard, req.Body)
-				requests <- struct{}{}
-				if n > 0 {
-					break // the second request on a connection: closed unanswered
-				}
-				c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"))
+			io.Copy(io.Discard, req.Body)
+			requests <- struct{}{}
+			if n > 0 {
+				return // the second request on a connection: closed unanswered
 			}
-			c.Close()
+			c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"))
 		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
 	})
 	h := newTestH1(t)
 	url := "http://" + ln.Addr().String() + "/hook"

@@ -30,22 +30,11 @@ func TestH1ReadsAnAnswerSentBeforeAFailedWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	serveEach(t, ln, func(c net.Conn) {
 		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
 			return
 		}
 		c.Write([]byte("HTTP/1.1 503 Service Unavailable\r\nRetry-After: 30\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"))
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
 	})
 	d := &net.Dialer{Timeout: 5 * time.Second, Control: smallBuffer(syscall.SO_SNDBUF)}
 	h := newH1Transport(&http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 1, IdleConnTimeout: time.Minute}, d)

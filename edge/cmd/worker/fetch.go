@@ -5,6 +5,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"strconv"
 
 	"github.com/edgehook/edgehook/edge/relay"
 	"github.com/edgehook/edgehook/shared/wire"
@@ -19,18 +21,26 @@ type fetchUpstream struct{}
 var _ relay.Upstream = fetchUpstream{}
 
 func (fetchUpstream) Do(_ context.Context, req *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
-	res, err := call("post", req.URL, headerText(req.Header), bytesToJS(req.Body), req.Timeout.Milliseconds(), wire.MaxExcerptBytes)
+	headers := headerText(req.Header)
+	res, err := call(ioPost, strAddr(req.URL), len(req.URL), strAddr(headers), len(headers),
+		addr(req.Body), len(req.Body), req.Timeout.Milliseconds(), wire.MaxExcerptBytes)
+	runtime.KeepAlive(req)
+	runtime.KeepAlive(headers)
 	if err != nil {
 		return nil, err
 	}
-	// [status, headerText, body excerpt, its length]
-	status := res.Index(0).Int()
+	// [status, headerText, body excerpt or null]
+	s, _ := nextItem(&res)
+	h, _ := nextItem(&res)
+	body, _ := nextItem(&res)
+	status, err := strconv.Atoi(s)
+	if err != nil {
+		return nil, fmt.Errorf("io.post: status %q", s)
+	}
 	if status < 0 {
 		return nil, fmt.Errorf("%w (%s)", relay.ErrUpstreamTimeout, req.Timeout)
 	}
-	return &relay.UpstreamResponse{
-		Status: status,
-		Header: parseHeaderText(res.Index(1).String()),
-		Body:   bytesFromJS(res.Index(2), min(res.Index(3).Int(), wire.MaxExcerptBytes)),
-	}, nil
+	// The body is the loader's excerpt, at most wire.MaxExcerptBytes, over nextItem's memory, which
+	// nothing writes.
+	return &relay.UpstreamResponse{Status: status, Header: parseHeaderText(h), Body: []byte(body)}, nil
 }

@@ -3,18 +3,33 @@
 package main
 
 import (
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall/js"
+	"unsafe"
 
 	"github.com/edgehook/edgehook/edge/relay"
 )
 
-// io is loader.mjs's I/O object (binding.io). Each call across the JS/Go boundary costs (a
-// js.Value that refers to a JS string or object carries a finalizer), so the loader does the
-// marshalling in bulk and Go makes one call per operation, however many promises it involves.
-var io = js.Global().Get("context").Get("binding").Get("io")
+// io is loader.mjs's I/O object (binding.io), and its functions. Each call across the JS/Go
+// boundary costs, and a js.Value that refers to a JS string or object costs more: Go registers a
+// finalizer for each (runtime.SetFinalizer, then a call back into JS to release it after a GC)
+// and JS a map entry. So only numbers cross: Go passes the address and length of its own memory,
+// where the loader reads what Go sends and writes what Go asks for, and Go makes one call per
+// operation, however many promises it involves.
+var (
+	io       = js.Global().Get("context").Get("binding").Get("io")
+	ioResult = io.Get("result")
+	ioTake   = io.Get("take")
+	ioDone   = io.Get("done")
+	ioGetAll = io.Get("getAll")
+	ioPut    = io.Get("put")
+	ioPost   = io.Get("post")
+)
 
 // Operations in flight, by id: settle (called from JS) hands each its outcome.
 var (
@@ -23,9 +38,10 @@ var (
 	nextID    int
 )
 
+// settled is an operation's outcome: whether it succeeded, and the length of its packed result.
 type settled struct {
-	ok bool
-	v  js.Value
+	ok  bool
+	len int
 }
 
 func init() {
@@ -35,27 +51,74 @@ func init() {
 		ch := pending[id]
 		delete(pending, id)
 		pendingMu.Unlock()
-		ch <- settled{ok: args[1].Bool(), v: args[2]}
+		if ch != nil { // the loader settles each id once; never block the JS turn
+			ch <- settled{ok: args[1].Bool(), len: args[2].Int()}
+		}
 		return nil
 	}))
 }
 
-// call starts io[method](id, args...), an operation that calls io.settle(id, ok, value) when it
-// is done, and blocks the calling goroutine until then. The goroutine resumes inside the JS turn
-// that settled it, which belongs to the request that started the operation.
-func call(method string, args ...any) (js.Value, error) {
+// call starts fn(id, args...), an operation that calls io.settle(id, ok, resultLength) when it is
+// done, blocks the calling goroutine until then, and returns the operation's packed result: its
+// items (see items), or its failure's message as the error. The goroutine resumes inside the JS
+// turn that settled it, which belongs to the request that started the operation. The args are
+// numbers; memory they point into must be kept alive by the caller until call returns.
+func call(fn js.Value, args ...any) ([]byte, error) {
 	ch := make(chan settled, 1)
 	pendingMu.Lock()
 	nextID++
 	id := nextID
 	pending[id] = ch
 	pendingMu.Unlock()
-	io.Call(method, append([]any{id}, args...)...)
+	fn.Invoke(append([]any{id}, args...)...)
 	s := <-ch
-	if !s.ok {
-		return js.Value{}, errors.New(s.v.String())
+	res := make([]byte, s.len)
+	if s.len > 0 {
+		ioResult.Invoke(id, addr(res))
+		runtime.KeepAlive(res)
 	}
-	return s.v, nil
+	if !s.ok {
+		msg, _ := nextItem(&res)
+		return nil, errors.New(msg)
+	}
+	return res, nil
+}
+
+// addr is the address of b's memory in the WASM linear memory, where the loader reads or writes
+// it. The caller keeps b alive (runtime.KeepAlive) until the JS call that uses it has returned.
+func addr(b []byte) int { return int(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }
+
+// strAddr is addr of a string's bytes.
+func strAddr(s string) int { return int(uintptr(unsafe.Pointer(unsafe.StringData(s)))) }
+
+// nullItem is the length of a null item in a packed list.
+const nullItem = 0xffffffff
+
+// pack appends items to b as a packed list, the loader's unpack format: each item's length as a
+// little-endian uint32, then its bytes.
+func pack(b []byte, items ...string) []byte {
+	for _, s := range items {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(s)))
+		b = append(b, s...)
+	}
+	return b
+}
+
+// nextItem takes the first item off a packed list from the loader (pack in loader.mjs) and
+// returns it as a string over the list's memory, which is never written again; null gives "" and
+// false.
+func nextItem(b *[]byte) (string, bool) {
+	if len(*b) < 4 {
+		panic(fmt.Sprintf("loader result: %d bytes left, want an item's length", len(*b)))
+	}
+	n := binary.LittleEndian.Uint32(*b)
+	*b = (*b)[4:]
+	if n == nullItem {
+		return "", false
+	}
+	s := unsafe.String(unsafe.SliceData(*b), int(n))
+	*b = (*b)[n:]
+	return s, true
 }
 
 // headerText renders headers as the loader's "name\nvalue\n…" form.
@@ -83,23 +146,3 @@ func parseHeaderText(s string) relay.Header {
 	}
 	return h
 }
-
-// bytesFromJS copies the first n bytes of a Uint8Array (null gives nil); the caller knows its
-// length, which saves asking JS for it.
-func bytesFromJS(v js.Value, n int) []byte {
-	if v.IsNull() || v.IsUndefined() {
-		return nil
-	}
-	b := make([]byte, n)
-	js.CopyBytesToGo(b, v)
-	return b
-}
-
-// bytesToJS returns a Uint8Array holding b.
-func bytesToJS(b []byte) js.Value {
-	v := jsUint8Array.New(len(b))
-	js.CopyBytesToJS(v, b)
-	return v
-}
-
-var jsUint8Array = js.Global().Get("Uint8Array")

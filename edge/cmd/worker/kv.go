@@ -5,14 +5,16 @@ package main
 import (
 	"context"
 	"errors"
-	"syscall/js"
+	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/edgehook/edgehook/edge/relay"
 )
 
-// kvStore adapts a Workers KV namespace binding to relay.KV.
-type kvStore struct{ ns js.Value }
+// kvStore adapts a Workers KV namespace binding, named as in wrangler.toml, to relay.KV. The
+// loader finds the namespace in the isolate's env by that name.
+type kvStore struct{ binding string }
 
 var _ relay.KV = kvStore{}
 
@@ -23,37 +25,44 @@ func (s kvStore) Get(ctx context.Context, key string) (string, bool, error) {
 }
 
 func (s kvStore) Put(_ context.Context, key, value string, ttl time.Duration) error {
-	_, err := call("put", s.ns, key, value, int64(ttl/time.Second))
+	args := pack(nil, s.binding, key, value)
+	_, err := call(ioPut, addr(args), len(args), int64(ttl/time.Second))
+	runtime.KeepAlive(args)
 	return err
 }
 
-// Result codes of io.getAll, per read.
+// Result codes of io.getAll, per read: the first item of each read's two.
 const (
-	readValue   = 0
-	readMissing = 1
-	readFailed  = 2
+	readValue   = "0"
+	readMissing = "1"
+	readFailed  = "2"
 )
 
 // readAll is relay.Deps.ReadAll: io.getAll starts every read at once and settles when all have,
 // so a request waits for its reads with one call and one resumption.
 func readAll(_ context.Context, reads []relay.KVRead) {
-	args := make([]any, 0, 2*len(reads))
+	args := make([]byte, 0, 128)
 	for _, r := range reads {
-		args = append(args, r.KV.(kvStore).ns, r.Key)
+		args = pack(args, r.KV.(kvStore).binding, r.Key)
 	}
-	res, err := call("getAll", args...)
+	res, err := call(ioGetAll, addr(args), len(args))
+	runtime.KeepAlive(args)
 	for i := range reads {
 		r := &reads[i]
-		switch {
-		case err != nil: // io.getAll itself failed; it reports each read's failure otherwise
+		if err != nil { // io.getAll itself failed; it reports each read's failure otherwise
 			r.Err = err
+			continue
+		}
+		code, _ := nextItem(&res)
+		v, _ := nextItem(&res)
+		switch code {
+		case readValue:
+			r.Value, r.Found = v, true
+		case readMissing:
+		case readFailed:
+			r.Err = errors.New(v)
 		default:
-			switch code, v := res.Index(2*i).Int(), res.Index(2*i+1); code {
-			case readValue:
-				r.Value, r.Found = v.String(), true
-			case readFailed:
-				r.Err = errors.New(v.String())
-			}
+			r.Err = fmt.Errorf("io.getAll: result code %q", code)
 		}
 	}
 }

@@ -6,11 +6,13 @@
 // calls Ready and then blocks forever, and every request goes to that instance. If the instance
 // ever exits, the request in it is answered 500 and the next request starts a new one.
 //
-// Every crossing between JS and Go costs (a Go js.Value carries a finalizer), so the loader does
-// the marshalling in bulk: headers travel as one "name\nvalue\n…" string (a header value cannot
-// hold a newline), bodies as one Uint8Array, and the small `io` object below gives Go one call for
-// a request's KV reads, one per KV write and one per subscriber fetch. All decisions stay in Go
-// (edge/relay).
+// Every crossing between JS and Go costs, and a js.Value that refers to a JS string or object costs
+// more (Go registers a finalizer for it, JS a map entry), so only numbers cross: Go passes the
+// address and length of its own memory, where this loader reads what Go sends (strings, bodies)
+// and writes what Go asks for (the request, each operation's result). The small `io` object below
+// gives Go one call per operation — a request's KV reads, a KV write, a subscriber fetch — and
+// each settles with one call back into Go. Headers travel as one "name\nvalue\n…" text (a header
+// value cannot hold a newline). All decisions stay in Go (edge/relay).
 import "./wasm_exec.js";
 import { createRuntimeContext, loadModule } from "./runtime.mjs";
 
@@ -58,39 +60,126 @@ async function excerpt(res, max) {
   return out;
 }
 
-// Reports p's outcome to the Go side, which waits for it under id.
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+let memory; // the live Go instance's memory; its buffer changes when it grows, so each use asks
+let env; // the isolate's env: the KV namespaces, by binding name
+
+const bytesAt = (ptr, len) => new Uint8Array(memory.buffer, ptr, len);
+const stringAt = (ptr, len) => decoder.decode(bytesAt(ptr, len));
+
+// Go's packed lists (edge/cmd/worker/js.go): each item a little-endian uint32 length, then its
+// bytes; 0xffffffff is null, with no bytes.
+const NULL_ITEM = 0xffffffff;
+
+function unpack(ptr, len) {
+  const b = bytesAt(ptr, len);
+  const view = new DataView(b.buffer, b.byteOffset, b.byteLength);
+  const items = [];
+  for (let off = 0; off < len; ) {
+    const n = view.getUint32(off, true);
+    off += 4;
+    items.push(n === NULL_ITEM ? null : decoder.decode(b.subarray(off, off + n)));
+    if (n !== NULL_ITEM) off += n;
+  }
+  return items;
+}
+
+function pack(items) {
+  const parts = items.map((x) => (typeof x === "string" ? encoder.encode(x) : x));
+  let size = 0;
+  for (const p of parts) size += 4 + (p?.length ?? 0);
+  const out = new Uint8Array(size);
+  const view = new DataView(out.buffer);
+  let off = 0;
+  for (const p of parts) {
+    view.setUint32(off, p === null ? NULL_ITEM : p.length, true);
+    off += 4;
+    if (p !== null) {
+      out.set(p, off);
+      off += p.length;
+    }
+  }
+  return out;
+}
+
+const results = new Map(); // operation id → its packed result, until Go copies it (io.result)
+
+// Reports p's outcome to the Go side, which waits for it under id: p gives a list of items
+// (strings, byte arrays, nulls); a failure gives its message. An outcome that arrives after its
+// Go instance ended is dropped: ids are per instance.
 function settleWith(id, p) {
+  const goSettle = io.settle; // called bare: a `this` would cost the Go side a js.Value
+  const settle = (ok, items) => {
+    if (io.settle !== goSettle) return;
+    const packed = pack(items);
+    results.set(id, packed);
+    goSettle(id, ok, packed.length);
+  };
   p.then(
-    (v) => io.settle(id, true, v),
-    (e) => io.settle(id, false, String(e?.message ?? e)),
+    (items) => settle(true, items),
+    (e) => settle(false, [String(e?.message ?? e)]),
   );
 }
 
-// A KV read's result for getAll: [0, value], [1, null] for a missing key, [2, message].
+// A KV read's items for getAll: "0" and its value, "1" and null for a missing key, "2" and the
+// failure's message.
 const readResult = (p) =>
   p.then(
-    (v) => (v === null ? [1, null] : [0, v]),
-    (e) => [2, String(e?.message ?? e)],
+    (v) => (v === null ? ["1", null] : ["0", v]),
+    (e) => ["2", String(e?.message ?? e)],
   );
 
-// The Go side's I/O primitives (edge/cmd/worker/js.go): each takes the id Go waits under and
-// settles it once, whatever number of promises it involves.
+// Requests handed to Go and not yet answered, by id: their method, headers and body until Go
+// takes them (io.take), and the function that answers them (io.done).
+const requests = new Map();
+let nextRequest = 0;
+
+// The Go side's I/O primitives (edge/cmd/worker/js.go). Each operation takes the id Go waits under
+// and settles it once, whatever number of promises it involves. Arguments are numbers: addresses
+// and lengths in Go's memory.
 const io = {
-  settle: undefined, // installed by Go: settle(id, ok, value)
-  // Reads (namespace, key) pairs at once; settles [code, value, code, value, …] in their order.
-  getAll(id, ...nsKeys) {
+  settle: undefined, // installed by Go: settle(id, ok, resultLength)
+  // Copies the packed result of operation id to Go's memory at ptr, which has room for it.
+  result(id, ptr) {
+    const packed = results.get(id);
+    results.delete(id);
+    bytesAt(ptr, packed.length).set(packed);
+  },
+  // Writes request id's method, headers and first bodyLen body bytes to ptr, one after another.
+  take(id, ptr, bodyLen) {
+    const r = requests.get(id);
+    const out = bytesAt(ptr, r.method.length + r.headers.length + bodyLen);
+    out.set(r.method);
+    out.set(r.headers, r.method.length);
+    if (bodyLen > 0) out.set(r.body.subarray(0, bodyLen), r.method.length + r.headers.length);
+    r.body = null; // Go has what it needs
+  },
+  // Answers request id.
+  done(id, status, headersPtr, headersLen, bodyPtr, bodyLen) {
+    const r = requests.get(id);
+    requests.delete(id);
+    r.answer(status, stringAt(headersPtr, headersLen), bytesAt(bodyPtr, bodyLen).slice());
+  },
+  // Reads the packed (binding, key, binding, key, …) at once; settles the items of each read in
+  // their order.
+  getAll(id, ptr, len) {
+    const nsKeys = unpack(ptr, len);
     const reads = [];
-    for (let i = 0; i + 1 < nsKeys.length; i += 2) reads.push(readResult(nsKeys[i].get(nsKeys[i + 1])));
+    for (let i = 0; i + 1 < nsKeys.length; i += 2) reads.push(readResult(env[nsKeys[i]].get(nsKeys[i + 1])));
     settleWith(id, Promise.all(reads).then((rs) => rs.flat()));
   },
-  put(id, ns, key, value, ttlSeconds) {
-    settleWith(id, ns.put(key, value, { expirationTtl: ttlSeconds }));
+  // Writes the packed (binding, key, value); settles no items.
+  put(id, ptr, len, ttlSeconds) {
+    const [ns, key, value] = unpack(ptr, len);
+    settleWith(id, env[ns].put(key, value, { expirationTtl: ttlSeconds }).then(() => []));
   },
   // One POST to a subscriber, aborted (connection and all) after timeoutMs; settles
-  // [status, headerText, body excerpt, its length] or [-1, "", null, 0] on timeout; fails when
-  // unreachable.
-  post(id, url, headers, body, timeoutMs, maxBytes) {
-    settleWith(id, post(url, headers, body, timeoutMs, maxBytes));
+  // [status, headerText, body excerpt or null], status "-1" on timeout; fails when unreachable.
+  post(id, urlPtr, urlLen, headersPtr, headersLen, bodyPtr, bodyLen, timeoutMs, maxBytes) {
+    const body = bytesAt(bodyPtr, bodyLen).slice(); // Go's memory is reused; fetch reads later
+    settleWith(id, post(stringAt(urlPtr, urlLen), stringAt(headersPtr, headersLen), body, timeoutMs, maxBytes));
   },
 };
 
@@ -105,9 +194,9 @@ async function post(url, headers, body, timeoutMs, maxBytes) {
     // redirect: manual — the destination comes only from the subscriber's record.
     const res = await fetch(url, { method: "POST", headers: parseHeaders(headers), body, redirect: "manual", signal: abort.signal });
     const out = await excerpt(res, maxBytes);
-    return [res.status, headerText(res.headers), out, out?.length ?? 0];
+    return [String(res.status), headerText(res.headers), out];
   } catch (e) {
-    if (timedOut) return [-1, "", null, 0];
+    if (timedOut) return ["-1", "", null];
     throw e;
   } finally {
     clearTimeout(timer);
@@ -116,7 +205,7 @@ async function post(url, headers, body, timeoutMs, maxBytes) {
 
 let instance; // Promise of the live instance: { serve, exited }
 
-function start(env, ctx) {
+function start(isolateEnv, ctx) {
   const started = (async () => {
     const mod = await loadModule();
     const go = new Go();
@@ -127,13 +216,19 @@ function start(env, ctx) {
       ...go.importObject,
       workers: { ready: () => ready() },
     });
+    memory = wasm.exports.mem;
+    env = isolateEnv;
     // env is the same for every request of an isolate; ctx belongs to this first request, and the
     // Go side never uses it (no waitUntil), so later requests do not depend on it.
-    const exited = go.run(wasm, createRuntimeContext({ env, ctx, binding })).then(
+    const exited = go.run(wasm, createRuntimeContext({ env: isolateEnv, ctx, binding })).then(
       () => "the Go instance exited",
       (e) => `the Go instance failed: ${e}`,
     );
     exited.then(() => {
+      // Its requests were answered 500 (fetch below); its operations' outcomes are dropped.
+      requests.clear();
+      results.clear();
+      io.settle = undefined;
       if (instance === started) instance = undefined; // the next request starts a new one
     });
     const early = await Promise.race([isReady.then(() => null), exited]);
@@ -150,10 +245,14 @@ const NULL_BODY_STATUS = new Set([101, 204, 205, 304]);
 
 async function handle(req, serve) {
   const body = req.body === null ? null : new Uint8Array(await req.arrayBuffer()); // null: no body
-  const [status, headers, out] = await new Promise((done) =>
-    serve(req.method, headerText(req.headers), body, body?.length ?? 0, (...answer) => done(answer)),
-  );
-  return new Response(NULL_BODY_STATUS.has(status) ? null : out, { status, headers: parseHeaders(headers) });
+  const method = encoder.encode(req.method);
+  const headers = encoder.encode(headerText(req.headers));
+  const id = ++nextRequest;
+  const [status, headerLines, out] = await new Promise((answer) => {
+    requests.set(id, { method, headers, body, answer: (...a) => answer(a) });
+    serve(id, method.length, headers.length, body?.length ?? 0);
+  });
+  return new Response(NULL_BODY_STATUS.has(status) ? null : out, { status, headers: parseHeaders(headerLines) });
 }
 
 export default {

@@ -60,8 +60,8 @@ func newHandler() *handler {
 		}
 	}
 	r, err := relay.New(cfg, relay.Deps{
-		Subscribers: kvStore{subs},
-		Dedup:       kvStore{dedup},
+		Subscribers: kvStore{bindingSubscribers},
+		Dedup:       kvStore{bindingDedup},
 		Upstream:    fetchUpstream{},
 		Clock:       relay.SystemClock{},
 		ReadAll:     readAll, // KV calls are promises: a request's reads overlap

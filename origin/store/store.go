@@ -59,9 +59,10 @@ type Options struct {
 	// Now is the clock; nil means time.Now. Tests inject a settable one.
 	Now func() time.Time
 
-	// 0: the constants; tests lower them.
+	// 0: the constants; tests change them.
 	walRestartFrames int
 	checkpointEvery  time.Duration
+	gatherWindow     time.Duration
 }
 
 func (o *Options) setDefaults() error {
@@ -113,6 +114,9 @@ func (o *Options) setDefaults() error {
 	}
 	if o.checkpointEvery == 0 {
 		o.checkpointEvery = checkpointEvery
+	}
+	if o.gatherWindow == 0 {
+		o.gatherWindow = gatherWindow
 	}
 	return nil
 }

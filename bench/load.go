@@ -8,20 +8,37 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/edgehook/edgehook/origin/engine"
 	"github.com/edgehook/edgehook/shared/signature"
 	"github.com/edgehook/edgehook/shared/wire"
 )
 
+// requestTimeout bounds each request of a load, its answer's body included.
+const requestTimeout = 30 * time.Second
+
+// doer sends a request and returns its answer: an *http.Client (the API's clients), or an
+// engineSender (the ceiling's, which sends as the engine does).
+type doer interface {
+	Do(req *http.Request) (*http.Response, error)
+}
+
+// engineSender hands requests straight to a transport, as the engine hands its deliveries to its
+// own (no http.Client: no redirects followed, no per-request copy of the headers for them).
+type engineSender struct{ t http.RoundTripper }
+
+// Do sends req through the transport.
+func (s engineSender) Do(req *http.Request) (*http.Response, error) { return s.t.RoundTrip(req) }
+
 // newClient returns a keep-alive HTTP client that uses at most conns connections per host.
 func newClient(conns int) *http.Client {
 	return &http.Client{
-		Timeout: 30 * time.Second,
 		Transport: &http.Transport{
 			Proxy:               nil,
 			MaxIdleConnsPerHost: conns,
@@ -38,7 +55,7 @@ type post func(i int) (url string, body []byte, header http.Header)
 // load sends up to n requests over conns connections, for at most d, and counts the answers with
 // the wanted status. Every loop is bounded by n and d.
 type load struct {
-	client *http.Client
+	client doer
 	conns  int
 	n      int
 	d      time.Duration
@@ -66,7 +83,7 @@ func (r loadResult) err() error {
 }
 
 // run starts no request after n or after d; requests in flight then finish (each is bounded by
-// the client's timeout), so every answered request is counted.
+// requestTimeout), so every answered request is counted.
 func (l load) run(ctx context.Context) loadResult {
 	deadline := time.Now().Add(l.d)
 	var next, ok, failed atomic.Int64
@@ -104,8 +121,11 @@ func (l load) do(ctx context.Context, i int) error {
 	return send(ctx, l.client, url, body, header, l.status)
 }
 
-// send posts body to url and reads the whole answer, which must have status want.
-func send(ctx context.Context, c *http.Client, url string, body []byte, header http.Header, want int) error {
+// send posts body to url and reads the whole answer, which must have status want. The request
+// and the read of its answer are bounded by requestTimeout.
+func send(ctx context.Context, c doer, url string, body []byte, header http.Header, want int) error {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return err
@@ -118,9 +138,11 @@ func send(ctx context.Context, c *http.Client, url string, body []byte, header h
 		return err
 	}
 	defer resp.Body.Close()
-	msg, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if err != nil {
-		return err
+	var msg []byte
+	if resp.ContentLength != 0 { // as the engine does: no buffer for an answer without a body
+		if msg, err = io.ReadAll(io.LimitReader(resp.Body, 64<<10)); err != nil {
+			return err
+		}
 	}
 	if resp.StatusCode != want {
 		return fmt.Errorf("status %d, want %d: %.200s", resp.StatusCode, want, msg)
@@ -217,7 +239,9 @@ func ceilingRequest(url string, body []byte) post {
 }
 
 // runClient is the `bench client` role: it posts deliveries to the sink from its own process, as
-// the origin does, and prints a loadResult as JSON. The ceiling runs it.
+// the origin does and through the engine's own direct-mode transport (engine.NewDirectTransport:
+// the ceiling is "the same client code" as the deliveries), and prints a loadResult as JSON. The
+// ceiling runs it.
 func runClient(args []string) error {
 	fs := flag.NewFlagSet("client", flag.ContinueOnError)
 	url := fs.String("url", "", "where to post")
@@ -226,13 +250,27 @@ func runClient(args []string) error {
 	d := fs.Duration("for", 5*time.Second, "time at most")
 	warm := fs.Int("warmup", 0, "requests sent first, not counted")
 	bodyBytes := fs.Int("body-bytes", 1024, "event body size")
+	allowNet := fs.String("allow-network", "", "an internal network the transport may reach, as the origin's --allow-network (empty: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *url == "" || *conns < 1 || *n < 1 || *d <= 0 || *warm < 0 {
 		return fmt.Errorf("client: -url, -conns ≥ 1, -n ≥ 1, -for > 0 and -warmup ≥ 0 are required")
 	}
-	c := newClient(*conns)
+	var allow []netip.Prefix
+	if *allowNet != "" {
+		p, err := netip.ParsePrefix(*allowNet)
+		if err != nil {
+			return fmt.Errorf("client: -allow-network: %w", err)
+		}
+		allow = append(allow, p)
+	}
+	// One idle connection kept per sender: conns senders use conns keep-alive connections.
+	t, err := engine.NewDirectTransport(allow, *conns)
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	c := engineSender{t}
 	req := ceilingRequest(*url, eventBody(*bodyBytes, 0))
 	ctx := context.Background()
 	if *warm > 0 {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/edgehook/edgehook/shared/wire"
@@ -29,6 +30,7 @@ type sink struct {
 	mu       sync.Mutex
 	arrivals []arrival
 	notify   chan struct{} // signalled (coalesced) on every arrival
+	conns    atomic.Int64  // connections accepted since the last reset
 }
 
 // newSink starts a sink on a free loopback port.
@@ -38,7 +40,12 @@ func newSink() (*sink, error) {
 		return nil, err
 	}
 	s := &sink{ln: ln, notify: make(chan struct{}, 1)}
-	s.srv = &http.Server{Handler: http.HandlerFunc(s.serve), ReadHeaderTimeout: 10 * time.Second}
+	s.srv = &http.Server{Handler: http.HandlerFunc(s.serve), ReadHeaderTimeout: 10 * time.Second,
+		ConnState: func(_ net.Conn, state http.ConnState) {
+			if state == http.StateNew {
+				s.conns.Add(1)
+			}
+		}}
 	go s.srv.Serve(ln)
 	return s, nil
 }
@@ -64,12 +71,16 @@ func (s *sink) serve(w http.ResponseWriter, r *http.Request) {
 // url is the endpoint of a subscriber.
 func (s *sink) url(sub string) string { return "http://" + s.ln.Addr().String() + "/s/" + sub }
 
-// reset forgets the arrivals so far.
+// reset forgets the arrivals and connections so far.
 func (s *sink) reset() {
 	s.mu.Lock()
 	s.arrivals = nil
 	s.mu.Unlock()
+	s.conns.Store(0)
 }
+
+// connections returns how many connections it accepted since the last reset.
+func (s *sink) connections() int { return int(s.conns.Load()) }
 
 // count returns how many requests arrived since the last reset.
 func (s *sink) count() int {

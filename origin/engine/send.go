@@ -35,18 +35,21 @@ type senders struct {
 }
 
 func newSenders(cfg *Config) *senders {
-	transport := func(control func(network, address string, c syscall.RawConn) error) *h1Transport {
-		d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, Control: control}
-		return newH1Transport(&http.Transport{
-			Proxy:               nil, // a proxy would dial for us and bypass the address check
-			DialContext:         d.DialContext,
-			MaxIdleConnsPerHost: cfg.Workers,
-			IdleConnTimeout:     90 * time.Second,
-			TLSHandshakeTimeout: 10 * time.Second,
-			ForceAttemptHTTP2:   true,
-		}, d)
-	}
-	return &senders{direct: transport(guardAddresses(cfg.AllowNetworks)), edge: transport(nil)}
+	return &senders{direct: newTransport(guardAddresses(cfg.AllowNetworks), cfg.Workers), edge: newTransport(nil, cfg.Workers)}
+}
+
+// newTransport returns a keep-alive transport that keeps at most maxIdle idle connections per
+// host and whose dialer runs control (nil: none) on every address it dials.
+func newTransport(control func(network, address string, c syscall.RawConn) error, maxIdle int) *h1Transport {
+	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, Control: control}
+	return newH1Transport(&http.Transport{
+		Proxy:               nil, // a proxy would dial for us and bypass the address check
+		DialContext:         d.DialContext,
+		MaxIdleConnsPerHost: maxIdle,
+		IdleConnTimeout:     90 * time.Second,
+		TLSHandshakeTimeout: 10 * time.Second,
+		ForceAttemptHTTP2:   true,
+	}, d)
 }
 
 // errBlockedAddress marks a refused destination.

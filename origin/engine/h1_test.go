@@ -249,24 +249,44 @@ func TestH1SendsAgainOnANewConnectionWhenNothingWasWritten(t *testing.T) {
 	}
 }
 
+// TestH1ClosesConnectionsIdleTooLong: a connection idle for idleFor is closed (its server reads
+// EOF) and leaves the pool, with no sweep left scheduled.
 func TestH1ClosesConnectionsIdleTooLong(t *testing.T) {
-	s := newScripted(t, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+	ln := listenLoopback(t)
+	closed := make(chan error, 1) // what the server's read after the answer ended with
+	serveEach(t, ln, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			closed <- err
+			return
+		}
+		io.Copy(io.Discard, req.Body)
+		c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"))
+		c.SetReadDeadline(time.Now().Add(10 * time.Second)) // so that a failing test ends
+		_, err = br.ReadByte()                              // blocks until the client sends more or closes
+		closed <- err
+	})
 	h := newTestH1(t)
 	h.idleFor = 10 * time.Millisecond
-	if status, _, err := post(t, context.Background(), h, "http://"+s.ln.Addr().String()+"/hook"); err != nil || status != 200 {
+	if status, _, err := post(t, context.Background(), h, "http://"+ln.Addr().String()+"/hook"); err != nil || status != 200 {
 		t.Fatalf("%d %v", status, err)
 	}
-	// The sweep runs on its own timer: wait (bounded) until it has emptied the pool.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		h.mu.Lock()
-		idle, sweep := len(h.idle), h.sweep
-		h.mu.Unlock()
-		if idle == 0 && sweep == nil {
-			break
+	// The sweep runs on its own timer: the server sees the connection closed, and the pool is
+	// empty with no sweep left scheduled.
+	select {
+	case err := <-closed:
+		if err != io.EOF {
+			t.Fatalf("the server's read after the answer ended with %v, want EOF (the client closed)", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d hosts still idle, sweep %v, %s after the connection went idle", idle, sweep, 5*time.Second)
-		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the idle connection was still open 5s after its answer")
+	}
+	h.mu.Lock()
+	idle, sweep := len(h.idle), h.sweep
+	h.mu.Unlock()
+	if idle != 0 || sweep != nil {
+		t.Fatalf("after the sweep: %d hosts still idle, sweep %v", idle, sweep)
 	}
 }
 

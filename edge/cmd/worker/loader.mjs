@@ -114,7 +114,7 @@ function settleWith(id, p) {
   const settle = (ok, items) => {
     if (io.settle !== goSettle) return;
     const packed = pack(items);
-    results.set(id, packed);
+    if (packed.length > 0) results.set(id, packed); // Go asks for no empty result (io.result)
     goSettle(id, ok, packed.length);
   };
   p.then(
@@ -141,7 +141,8 @@ let nextRequest = 0;
 // and lengths in Go's memory.
 const io = {
   settle: undefined, // installed by Go: settle(id, ok, resultLength)
-  // Copies the packed result of operation id to Go's memory at ptr, which has room for it.
+  // Copies the packed result of operation id to Go's memory at ptr, which has room for it; Go asks
+  // only for a result that is not empty.
   result(id, ptr) {
     const packed = results.get(id);
     results.delete(id);

@@ -40,7 +40,6 @@ func (fetchUpstream) Do(_ context.Context, req *relay.UpstreamRequest) (*relay.U
 	if status < 0 {
 		return nil, fmt.Errorf("%w (%s)", relay.ErrUpstreamTimeout, req.Timeout)
 	}
-	// The body is the loader's excerpt, at most wire.MaxExcerptBytes, over nextItem's memory, which
-	// nothing writes.
+	// The body is the loader's excerpt: at most wire.MaxExcerptBytes.
 	return &relay.UpstreamResponse{Status: status, Header: parseHeaderText(h), Body: []byte(body)}, nil
 }

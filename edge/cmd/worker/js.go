@@ -60,7 +60,7 @@ func init() {
 
 // call starts fn(id, args...), an operation that calls io.settle(id, ok, resultLength) when it is
 // done, blocks the calling goroutine until then, and returns the operation's packed result: its
-// items (see items), or its failure's message as the error. The goroutine resumes inside the JS
+// items (see nextItem), or its failure's message as the error. The goroutine resumes inside the JS
 // turn that settled it, which belongs to the request that started the operation. The args are
 // numbers; memory they point into must be kept alive by the caller until call returns.
 func call(fn js.Value, args ...any) ([]byte, error) {

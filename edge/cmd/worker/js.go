@@ -34,8 +34,8 @@ var (
 // Operations in flight, by id: settle (called from JS) hands each its outcome.
 var (
 	pendingMu sync.Mutex
-	pending   = map[int]chan settled{}
-	nextID    int
+	pending   = map[int32]chan settled{}
+	nextID    int32
 )
 
 // settled is an operation's outcome: whether it succeeded, and the length of its packed result.
@@ -44,21 +44,25 @@ type settled struct {
 	len int
 }
 
-func init() {
-	io.Set("settle", js.FuncOf(func(_ js.Value, args []js.Value) any {
-		id := args[0].Int()
-		pendingMu.Lock()
-		ch := pending[id]
-		delete(pending, id)
-		pendingMu.Unlock()
-		if ch != nil { // the loader settles each id once; never block the JS turn
-			ch <- settled{ok: args[1].Bool(), len: args[2].Int()}
-		}
-		return nil
-	}))
+// settle is called by the loader when operation id has settled (ok is 1 or 0, n the length of its
+// packed result); the loader then resumes the Go scheduler (Go's _resume), which runs the
+// goroutine waiting in call. It is a WASM export rather than a js.FuncOf: syscall/js delivers a
+// FuncOf call as an event object whose fields it reads by name and whose arguments it wraps in
+// finalized values, which cost more than the rest of the wake-up in workerd. It must not block:
+// the channel has room for the one outcome of its operation.
+//
+//go:wasmexport edgehookSettle
+func settle(id, ok, n int32) {
+	pendingMu.Lock()
+	ch := pending[id]
+	delete(pending, id)
+	pendingMu.Unlock()
+	if ch != nil { // the loader settles each id once
+		ch <- settled{ok: ok != 0, len: int(n)}
+	}
 }
 
-// call starts fn(id, args...), an operation that calls io.settle(id, ok, resultLength) when it is
+// call starts fn(id, args...), an operation that calls settle(id, ok, resultLength) when it is
 // done, blocks the calling goroutine until then, and returns the operation's packed result: its
 // items (see nextItem), or its failure's message as the error. The goroutine resumes inside the JS
 // turn that settled it, which belongs to the request that started the operation. The args are

@@ -2,7 +2,7 @@
 // (wasm_exec.js, runtime.mjs), copied next to them as index.mjs by `make worker`.
 //
 // The generated worker.mjs starts a new Go instance for every request, because the library's
-// Serve returns after one. Ours starts one instance per isolate: main() installs binding.serve,
+// Serve returns after one. Ours starts one instance per isolate: main() sets up the handler,
 // calls Ready and then blocks forever, and every request goes to that instance. If the instance
 // ever exits, the request in it is answered 500 and the next request starts a new one.
 //
@@ -63,7 +63,11 @@ async function excerpt(res, max) {
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
-let memory; // the live Go instance's memory; its buffer changes when it grows, so each use asks
+// The live Go instance: { exports, wake }. Go is entered through its exports edgehookServe and
+// edgehookSettle (edge/cmd/worker/serve.go, js.go), each followed by a resumption of its scheduler
+// (wake): cheaper than a js.FuncOf, which syscall/js delivers as an event object it reads by name.
+let live;
+let memory; // the live instance's memory; its buffer changes when it grows, so each use asks
 let env; // the isolate's env: the KV namespaces, by binding name
 
 const bytesAt = (ptr, len) => new Uint8Array(memory.buffer, ptr, len);
@@ -110,12 +114,12 @@ const results = new Map(); // operation id → its packed result, until Go copie
 // (strings, byte arrays, nulls); a failure gives its message. An outcome that arrives after its
 // Go instance ended is dropped: ids are per instance.
 function settleWith(id, p) {
-  const goSettle = io.settle; // called bare: a `this` would cost the Go side a js.Value
+  const go = live;
   const settle = (ok, items) => {
-    if (io.settle !== goSettle) return;
+    if (live !== go) return;
     const packed = pack(items);
     if (packed.length > 0) results.set(id, packed); // Go asks for no empty result (io.result)
-    goSettle(id, ok, packed.length);
+    go.wake(go.exports.edgehookSettle, id, ok ? 1 : 0, packed.length);
   };
   p.then(
     (items) => settle(true, items),
@@ -140,7 +144,6 @@ let nextRequest = 0;
 // and settles it once, whatever number of promises it involves. Arguments are numbers: addresses
 // and lengths in Go's memory.
 const io = {
-  settle: undefined, // installed by Go: settle(id, ok, resultLength)
   // Copies the packed result of operation id to Go's memory at ptr, which has room for it; Go asks
   // only for a result that is not empty.
   result(id, ptr) {
@@ -219,6 +222,12 @@ function start(isolateEnv, ctx) {
     });
     memory = wasm.exports.mem;
     env = isolateEnv;
+    // Calls a Go export that hands work to a goroutine, then lets Go's scheduler run it.
+    const wake = (fn, ...args) => {
+      fn(...args);
+      go._resume();
+    };
+    live = { exports: wasm.exports, wake };
     // env is the same for every request of an isolate; ctx belongs to this first request, and the
     // Go side never uses it (no waitUntil), so later requests do not depend on it.
     const exited = go.run(wasm, createRuntimeContext({ env: isolateEnv, ctx, binding })).then(
@@ -229,12 +238,12 @@ function start(isolateEnv, ctx) {
       // Its requests were answered 500 (fetch below); its operations' outcomes are dropped.
       requests.clear();
       results.clear();
-      io.settle = undefined;
+      live = undefined;
       if (instance === started) instance = undefined; // the next request starts a new one
     });
     const early = await Promise.race([isReady.then(() => null), exited]);
     if (early) throw new Error(early);
-    return { serve: binding.serve, exited };
+    return { serve: (...args) => wake(wasm.exports.edgehookServe, ...args), exited };
   })();
   started.catch(() => {
     if (instance === started) instance = undefined; // the next request tries again

@@ -10,7 +10,7 @@
 // header value at ",", leaks a callback per awaited promise, and its fetch ignores deadlines.
 // Every relay decision is made in Go (edge/relay); loader.mjs only marshals in bulk.
 //
-// One Go instance serves every request of an isolate: main installs binding.serve, signals Ready
+// One Go instance serves every request of an isolate: main sets up the handler, signals Ready
 // and blocks forever, and loader.mjs sends every request to that instance. The relay keeps no
 // per-request state, and each request's KV and fetch promises are awaited by that request's own
 // goroutines, resumed from the JS turn of that request's own promise.
@@ -33,9 +33,7 @@ const (
 )
 
 func main() {
-	h := newHandler()
-	// The loader's binding object (the runtime context's "binding") receives our entry point.
-	js.Global().Get("context").Get("binding").Set("serve", js.FuncOf(h.serveJS))
+	served = newHandler() // requests come in through serveExport
 	workers.Ready()
 	select {} // keep this instance alive for the next requests
 }

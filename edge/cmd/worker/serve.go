@@ -5,32 +5,36 @@ package main
 import (
 	"context"
 	"runtime"
-	"syscall/js"
 	"unsafe"
 
 	"github.com/edgehook/edgehook/edge/relay"
 	"github.com/edgehook/edgehook/shared/wire"
 )
 
-// job is one request from binding.serve: the loader's id for it and the lengths of its encoded
-// method, header text and body, which io.take copies into Go's memory.
+// job is one request from the loader: its id for it and the lengths of its encoded method, header
+// text and body, which io.take copies into Go's memory.
 type job struct{ id, methodLen, headersLen, bodyLen int }
 
 // idle hands a request to a server goroutine waiting for one.
 var idle = make(chan job)
 
-// serveJS is binding.serve(id, methodLength, headersLength, bodyLength): it hands the request to
-// a server goroutine, which answers it with io.done. The goroutines outlive their requests and
-// serve later ones: a new goroutine would grow its stack again on every request, which in WASM is
-// a large share of the request's cost.
-func (h *handler) serveJS(_ js.Value, args []js.Value) any {
-	j := job{id: args[0].Int(), methodLen: args[1].Int(), headersLen: args[2].Int(), bodyLen: args[3].Int()}
+// served is the handler of every request (main sets it before signalling Ready).
+var served *handler
+
+// serveExport hands the loader's request id to a server goroutine, which answers it with io.done;
+// the loader then resumes the Go scheduler (Go's _resume), which runs that goroutine. Like
+// settle, it is a WASM export, not a js.FuncOf, and it never blocks. The goroutines outlive their
+// requests and serve later ones: a new goroutine would grow its stack again on every request,
+// which in WASM is a large share of the request's cost.
+//
+//go:wasmexport edgehookServe
+func serveExport(id, methodLen, headersLen, bodyLen int32) {
+	j := job{id: int(id), methodLen: int(methodLen), headersLen: int(headersLen), bodyLen: int(bodyLen)}
 	select {
 	case idle <- j:
 	default: // every server is busy: one more, which stays for later requests
-		go h.server(j)
+		go served.server(j)
 	}
-	return nil
 }
 
 // server runs j, then every request handed to it.

@@ -121,18 +121,18 @@ func (s *Store) validateEmit(in *EmitInput, prefix string) error {
 // commitLoop is the group committer: it runs until Close, then commits what is still queued.
 func (s *Store) commitLoop() {
 	defer close(s.done)
-	answered := 0 // requests in the last group
+	concurrent := false // the last group had several requests
 	for {
 		select {
 		case r := <-s.emits:
-			group := s.gather(r, answered)
-			answered = len(group)
+			group := s.gather(r, concurrent)
+			concurrent = len(group) > 1
 			s.commitGroup(group)
 		case <-s.stop:
 			for {
 				select {
 				case r := <-s.emits:
-					s.commitGroup(s.gather(r, 0))
+					s.commitGroup(s.gather(r, false))
 				default:
 					return
 				}
@@ -141,26 +141,23 @@ func (s *Store) commitLoop() {
 	}
 }
 
-// gatherWindow is how long a group stays open at most for more requests after its first when
-// callers emit concurrently. Their requests reach the queue spread out by the work before it (a
-// request's HTTP handling), and every commit has a fixed cost whatever its size: its statements,
-// and the WAL frames of the pages every commit rewrites (the tables' last pages, the index leaves
-// of every subscriber). Taking only what was already queued, make bench's 32 single-event clients
-// were committed about 4 events at a time; a millisecond's window groups 15-20 and cuts the
-// origin's CPU per event by a fifth. An event is still acknowledged only after its group committed.
+// gatherWindow is how long a group stays open for more requests after its first when callers emit
+// concurrently. Their requests reach the queue spread out by the work before it (a request's HTTP
+// handling), and every commit has a fixed cost whatever its size: its statements, and the WAL
+// frames of the pages every commit rewrites (the tables' last pages, the index leaves of every
+// subscriber). Taking only what was already queued, make bench's 32 single-event clients were
+// committed about 4 events at a time; a millisecond's window groups 15-20 and cuts the origin's
+// CPU per event by a fifth. An event is still acknowledged only after its group committed.
 const gatherWindow = time.Millisecond
 
 // gather collects the requests queued behind first, up to MaxBatchEvents events. When the last
-// group answered several requests it also waits for more, until as many have come as it answered
-// or gatherWindow has passed: callers that emit one request after another come back a moment
-// after their answer, and the writer should not sit out the whole window once they are all in
-// (with the window alone it idled about 1.4 ms per group, as long as a group of 25 took to
-// write). A lone caller is not delayed.
-func (s *Store) gather(first *emitReq, answered int) []*emitReq {
+// group had several requests (wait) it also waits up to gatherWindow for more; a lone caller is not
+// delayed.
+func (s *Store) gather(first *emitReq, wait bool) []*emitReq {
 	group, n := []*emitReq{first}, len(first.events)
 	var window <-chan time.Time // nil: take only what is queued
-	if answered > 1 {
-		t := time.NewTimer(s.opts.gatherWindow)
+	if wait {
+		t := time.NewTimer(gatherWindow)
 		defer t.Stop()
 		window = t.C
 	}
@@ -171,7 +168,7 @@ func (s *Store) gather(first *emitReq, answered int) []*emitReq {
 			continue
 		default:
 		}
-		if window == nil || len(group) >= answered {
+		if window == nil {
 			return group
 		}
 		select {

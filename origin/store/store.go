@@ -59,10 +59,9 @@ type Options struct {
 	// Now is the clock; nil means time.Now. Tests inject a settable one.
 	Now func() time.Time
 
-	// 0: the constants; tests change them.
+	// 0: the constants; tests lower them.
 	walRestartFrames int
 	checkpointEvery  time.Duration
-	gatherWindow     time.Duration
 }
 
 func (o *Options) setDefaults() error {
@@ -114,9 +113,6 @@ func (o *Options) setDefaults() error {
 	}
 	if o.checkpointEvery == 0 {
 		o.checkpointEvery = checkpointEvery
-	}
-	if o.gatherWindow == 0 {
-		o.gatherWindow = gatherWindow
 	}
 	return nil
 }

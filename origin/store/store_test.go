@@ -659,48 +659,28 @@ func TestGroupWritesRowsInEventOrder(t *testing.T) {
 	}
 }
 
-// TestGather: after a lone request a group takes what is queued; after a group of several, it
-// also waits for as many requests as that group had, and closes when full, once that many have
-// come, or with the window (at once after Close). The store here is bare: no committer competes
-// for its queue.
+// TestGather: without wait a group takes what is queued; with it, a group closes when full, and
+// otherwise with the window (at once after Close) once nothing more is queued. The store here is
+// bare: no committer competes for its queue.
 func TestGather(t *testing.T) {
 	t.Parallel()
-	s := &Store{emits: make(chan *emitReq, 2*MaxBatchEvents), stop: make(chan struct{}), opts: Options{gatherWindow: time.Millisecond}}
+	s := &Store{emits: make(chan *emitReq, 2*MaxBatchEvents), stop: make(chan struct{})}
 	req := func(n int) *emitReq { return &emitReq{events: make([]EmitInput, n)} }
 	s.emits <- req(1)
 	s.emits <- req(2)
-	if g := s.gather(req(1), 1); len(g) != 3 || len(s.emits) != 0 {
-		t.Fatalf("after a lone request: group of %d, %d left queued; want 3 and 0", len(g), len(s.emits))
+	if g := s.gather(req(1), false); len(g) != 3 || len(s.emits) != 0 {
+		t.Fatalf("without wait: group of %d, %d left queued; want 3 and 0", len(g), len(s.emits))
 	}
-	if g := s.gather(req(1), 5); len(g) != 1 {
-		t.Fatalf("after a group, nothing queued: group of %d, want 1 once the window closed", len(g))
+	if g := s.gather(req(1), true); len(g) != 1 {
+		t.Fatalf("with wait, nothing queued: group of %d, want 1 once the window closed", len(g))
 	}
 	s.emits <- req(MaxBatchEvents - 1)
 	s.emits <- req(1) // beyond a full group: left for the next
-	if g := s.gather(req(1), 5); len(g) != 2 || len(s.emits) != 1 {
+	if g := s.gather(req(1), true); len(g) != 2 || len(s.emits) != 1 {
 		t.Fatalf("full group: %d requests, %d left; want 2 and 1", len(g), len(s.emits))
 	}
-	<-s.emits
-
-	// With a window far longer than the test may take, the group closes once it has as many
-	// requests as the last one answered, without waiting the window out.
-	s.opts.gatherWindow = time.Hour
-	got := make(chan int)
-	go func() { got <- len(s.gather(req(1), 3)) }()
-	s.emits <- req(1)
-	s.emits <- req(1)
-	select {
-	case n := <-got:
-		if n != 3 {
-			t.Fatalf("group of %d once 3 requests were in, want 3", n)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("the group did not close once as many requests had come as the last group answered")
-	}
-
 	close(s.stop)
-	s.emits <- req(1)
-	if g := s.gather(req(1), 5); len(g) != 2 {
+	if g := s.gather(req(1), true); len(g) != 2 {
 		t.Fatalf("after Close: group of %d, want the queued request taken and no wait", len(g))
 	}
 }

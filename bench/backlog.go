@@ -129,8 +129,10 @@ func (b *bench) originMemory(ctx context.Context, db string) (memory, int, strin
 	return mem, b.sink.count(), note, err
 }
 
-// get fetches url and wants 200.
+// get fetches url and wants 200, within requestTimeout.
 func get(ctx context.Context, c *http.Client, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err

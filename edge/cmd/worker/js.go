@@ -66,7 +66,8 @@ func settle(id, ok, n int32) {
 // done, blocks the calling goroutine until then, and returns the operation's packed result: its
 // items (see nextItem), or its failure's message as the error. The goroutine resumes inside the JS
 // turn that settled it, which belongs to the request that started the operation. The args are
-// numbers; memory they point into must be kept alive by the caller until call returns.
+// numbers; memory they point into must be heap memory (see addr), which the caller keeps alive
+// (runtime.KeepAlive) until call returns: JS reads it during fn.Invoke.
 func call(fn js.Value, args ...any) ([]byte, error) {
 	ch := make(chan settled, 1)
 	pendingMu.Lock()
@@ -74,7 +75,7 @@ func call(fn js.Value, args ...any) ([]byte, error) {
 	id := nextID
 	pending[id] = ch
 	pendingMu.Unlock()
-	fn.Invoke(append([]any{id}, args...)...)
+	fn.Invoke(append([]any{id}, args...)...) // never throws: the loader turns a throw into a failure
 	s := <-ch
 	res := make([]byte, s.len)
 	if s.len > 0 {
@@ -89,11 +90,30 @@ func call(fn js.Value, args ...any) ([]byte, error) {
 }
 
 // addr is the address of b's memory in the WASM linear memory, where the loader reads or writes
-// it. The caller keeps b alive (runtime.KeepAlive) until the JS call that uses it has returned.
-func addr(b []byte) int { return int(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }
+// it. b must be heap memory, and addr makes sure it is: an address is a plain number to escape
+// analysis, so a buffer whose only use is addr(b) may stay on the goroutine's stack, which Go
+// moves when it grows or shrinks it (in any function prologue, or during a GC), and JS would then
+// read or write freed memory. The heap (like static data) does not move. The caller keeps b alive
+// (runtime.KeepAlive) until the JS call that uses it has returned.
+func addr(b []byte) int { return heapAddr(unsafe.Pointer(unsafe.SliceData(b))) }
 
 // strAddr is addr of a string's bytes.
-func strAddr(s string) int { return int(uintptr(unsafe.Pointer(unsafe.StringData(s)))) }
+func strAddr(s string) int { return heapAddr(unsafe.Pointer(unsafe.StringData(s))) }
+
+// heapAddr returns p as a number, after making the memory p points to escape to the heap: the
+// store escape analysis cannot rule out is never made (alwaysFalse is never set), so it costs a
+// load and a branch. The same device as the runtime's internal/abi.Escape.
+func heapAddr(p unsafe.Pointer) int {
+	if alwaysFalse {
+		escapeSink = p
+	}
+	return int(uintptr(p))
+}
+
+var (
+	alwaysFalse bool           // never set; see heapAddr
+	escapeSink  unsafe.Pointer // never written; see heapAddr
+)
 
 // nullItem is the length of a null item in a packed list.
 const nullItem = 0xffffffff

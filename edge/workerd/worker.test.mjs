@@ -1,13 +1,15 @@
 // The Worker bundle's own behaviour in workerd, beyond the shared scenarios: a KV bulk file made by
 // the Go encoder and loaded by the real `wrangler kv bulk put`; concurrent requests on the one
-// long-lived Go instance; a missing secret.
+// long-lived Go instance; bodies far larger than the JS/Go crossing's buffers; failing KV; a
+// missing secret.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
+import { createHash, randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
 import http from "node:http";
 import os from "node:os";
 import path from "node:path";
-import { after, before, describe, test } from "node:test";
+import { after, before, beforeEach, describe, test } from "node:test";
 import { promisify } from "node:util";
 import { Miniflare } from "miniflare";
 import { bundleOptions, buildRequest, loadSuite, quiet, root, startSubscriber, startWorker, suiteVars } from "./lib.mjs";
@@ -113,6 +115,102 @@ describe("one Go instance under concurrent requests", () => {
         }
       }
     }
+  });
+});
+
+// DEDUP for the next tests: a wrapped binding (same isolate, plain JS calls) over a real KV
+// namespace that fails as the key asks: a delivery id holding "getfail" makes its read reject,
+// "getthrow" makes it throw at once, "putfail" makes its write reject.
+const failingKV = `export default function (env) {
+  const inner = env.INNER;
+  return {
+    get(key) {
+      if (key.includes("getthrow")) throw new Error("kv broken (thrown)");
+      if (key.includes("getfail")) return Promise.reject(new Error("kv down (rejected)"));
+      return inner.get(key);
+    },
+    put(key, value, opts) {
+      if (key.includes("putfail")) return Promise.reject(new Error("kv full (rejected)"));
+      return inner.put(key, value, opts);
+    },
+  };
+}`;
+
+describe("large bodies and failing KV", () => {
+  const maxBody = 1 << 20;
+  let mf, sub;
+  before(async () => {
+    sub = await startSubscriber();
+    mf = new Miniflare({
+      workers: [
+        {
+          ...bundleOptions(),
+          name: "edgehook-edge",
+          kvNamespaces: ["SUBSCRIBERS"],
+          wrappedBindings: { DEDUP: "failing-kv" },
+          bindings: { ...suiteVars(suite), MAX_BODY_BYTES: String(maxBody) },
+          cf: false,
+        },
+        { name: "failing-kv", modules: true, script: failingKV, kvNamespaces: { INNER: "dedup" } },
+      ],
+      handleRuntimeStdio: quiet,
+    });
+    const subs = await mf.getKVNamespace("SUBSCRIBERS");
+    await subs.put("sub:sub_big", JSON.stringify({ url: `${sub.url}/hooks/big`, timeout_ms: 20_000, active: true }));
+  });
+  after(async () => {
+    await mf?.dispose();
+    await sub?.close();
+  });
+  beforeEach(() => sub.setScript({ status: 200 }));
+
+  const sha = (b) => createHash("sha256").update(b).digest("hex");
+
+  test("256 KiB bodies, several at once, reach the subscriber byte for byte", async () => {
+    const sent = Array.from({ length: 6 }, (_, i) => ({ id: `del_big_${i}`, body: randomBytes(256 * 1024) }));
+    const answers = await Promise.all(sent.map(async ({ id, body }) => {
+      const res = await mf.dispatchFetch("http://edge.test/", signed(id, "sub_big", { "content-type": "application/octet-stream" }, body));
+      return [id, res.status, res.headers.get("edgehook-outcome"), await res.text()];
+    }));
+    for (const [id, status, outcome, text] of answers) assert.deepEqual([status, outcome], [200, "forwarded"], `${id}: ${text}`);
+    const got = new Map(sub.received.map((r) => [r.headers["webhook-id"], r.body]));
+    assert.equal(sub.received.length, sent.length);
+    for (const { id, body } of sent) {
+      assert.equal(got.get("evt_" + id)?.length, body.length, id);
+      assert.equal(sha(got.get("evt_" + id)), sha(body), id);
+    }
+  });
+
+  test("a body one byte over MAX_BODY_BYTES is refused", async () => {
+    const res = await mf.dispatchFetch("http://edge.test/", signed("del_big_over", "sub_big", {}, randomBytes(maxBody + 1)));
+    assert.deepEqual([res.status, res.headers.get("edgehook-outcome")], [413, "rejected:body_too_large"], await res.text());
+    assert.equal(sub.received.length, 0);
+  });
+
+  // A throw fails the request's whole batch of reads (one io call), so any read may be named.
+  for (const [name, id, read, message] of [
+    ["rejects", "del_getfail_1", "d:del_getfail_1", "kv down (rejected)"],
+    ["throws", "del_getthrow_1", "\\S+", "kv broken (thrown)"],
+  ]) {
+    test(`a DEDUP read that ${name} answers 503 rejected:kv_unavailable without forwarding`, async () => {
+      const res = await mf.dispatchFetch("http://edge.test/", signed(id, "sub_big"));
+      const text = await res.text();
+      assert.deepEqual([res.status, res.headers.get("edgehook-outcome")], [503, "rejected:kv_unavailable"], text);
+      assert.match(text, new RegExp(`read ${read}: .*${message.replace(/[()]/g, "\\$&")}`));
+      assert.equal(sub.received.length, 0);
+    });
+  }
+
+  test("a failed dedup write keeps the subscriber's answer; the Go instance serves on", async () => {
+    const failed = await mf.dispatchFetch("http://edge.test/", signed("del_putfail_1", "sub_big"));
+    assert.deepEqual([failed.status, failed.headers.get("edgehook-outcome")], [200, "forwarded"], await failed.text());
+    const dedup = await mf.getKVNamespace("INNER", "failing-kv");
+    assert.equal(await dedup.get("d:del_putfail_1"), null);
+    // Every failure above (a throw included) left the instance able to serve and remember.
+    const ok = await mf.dispatchFetch("http://edge.test/", signed("del_after_1", "sub_big"));
+    assert.deepEqual([ok.status, ok.headers.get("edgehook-outcome")], [200, "forwarded"], await ok.text());
+    assert.notEqual(await dedup.get("d:del_after_1"), null);
+    assert.equal(sub.received.length, 2);
   });
 });
 

@@ -110,11 +110,19 @@ function pack(items) {
 
 const results = new Map(); // operation id → its packed result, until Go copies it (io.result)
 
-// Reports p's outcome to the Go side, which waits for it under id: p gives a list of items
-// (strings, byte arrays, nulls); a failure gives its message. An outcome that arrives after its
-// Go instance ended is dropped: ids are per instance.
-function settleWith(id, p) {
+// Starts an operation and reports its outcome to the Go side, which waits for it under id: start()
+// runs now (Go's memory is read while Go waits in the call) and returns a promise of a list of
+// items (strings, byte arrays, nulls); a failure, or a throw of start itself, gives its message.
+// A throw must not reach Go: syscall/js would panic there, leaving the operation's entry behind.
+// An outcome that arrives after its Go instance ended is dropped: ids are per instance.
+function settleWith(id, start) {
   const go = live;
+  let p;
+  try {
+    p = Promise.resolve(start());
+  } catch (e) {
+    p = Promise.reject(e);
+  }
   const settle = (ok, items) => {
     if (live !== go) return;
     const packed = pack(items);
@@ -138,7 +146,7 @@ const readResult = (p) =>
 // Requests handed to Go and not yet answered, by id: their method, headers and body until Go
 // takes them (io.take), and the function that answers them (io.done).
 const requests = new Map();
-let nextRequest = 0;
+let nextRequest = 0; // an int32, as Go's edgehookServe takes it
 
 // The Go side's I/O primitives (edge/cmd/worker/js.go). Each operation takes the id Go waits under
 // and settles it once, whatever number of promises it involves. Arguments are numbers: addresses
@@ -169,21 +177,27 @@ const io = {
   // Reads the packed (binding, key, binding, key, …) at once; settles the items of each read in
   // their order.
   getAll(id, ptr, len) {
-    const nsKeys = unpack(ptr, len);
-    const reads = [];
-    for (let i = 0; i + 1 < nsKeys.length; i += 2) reads.push(readResult(env[nsKeys[i]].get(nsKeys[i + 1])));
-    settleWith(id, Promise.all(reads).then((rs) => rs.flat()));
+    settleWith(id, () => {
+      const nsKeys = unpack(ptr, len);
+      const reads = [];
+      for (let i = 0; i + 1 < nsKeys.length; i += 2) reads.push(readResult(env[nsKeys[i]].get(nsKeys[i + 1])));
+      return Promise.all(reads).then((rs) => rs.flat());
+    });
   },
   // Writes the packed (binding, key, value); settles no items.
   put(id, ptr, len, ttlSeconds) {
-    const [ns, key, value] = unpack(ptr, len);
-    settleWith(id, env[ns].put(key, value, { expirationTtl: ttlSeconds }).then(() => []));
+    settleWith(id, () => {
+      const [ns, key, value] = unpack(ptr, len);
+      return env[ns].put(key, value, { expirationTtl: ttlSeconds }).then(() => []);
+    });
   },
   // One POST to a subscriber, aborted (connection and all) after timeoutMs; settles
   // [status, headerText, body excerpt or null], status "-1" on timeout; fails when unreachable.
   post(id, urlPtr, urlLen, headersPtr, headersLen, bodyPtr, bodyLen, timeoutMs, maxBytes) {
-    const body = bytesAt(bodyPtr, bodyLen).slice(); // Go's memory is reused; fetch reads later
-    settleWith(id, post(stringAt(urlPtr, urlLen), stringAt(headersPtr, headersLen), body, timeoutMs, maxBytes));
+    settleWith(id, () => {
+      const body = bytesAt(bodyPtr, bodyLen).slice(); // Go's memory is reused; fetch reads later
+      return post(stringAt(urlPtr, urlLen), stringAt(headersPtr, headersLen), body, timeoutMs, maxBytes);
+    });
   },
 };
 
@@ -222,10 +236,21 @@ function start(isolateEnv, ctx) {
     });
     memory = wasm.exports.mem;
     env = isolateEnv;
-    // Calls a Go export that hands work to a goroutine, then lets Go's scheduler run it.
+    // Calls a Go export that hands work to a goroutine, then lets Go's scheduler run it. Only from
+    // a promise callback (a request's start, an operation's outcome), never while Go runs — from an
+    // io function, say: Go's exports may not be entered from inside Go. An instance that has
+    // exited takes nothing more (its requests are answered by `exited`).
+    let running = false;
     const wake = (fn, ...args) => {
-      fn(...args);
-      go._resume();
+      if (go.exited) return;
+      if (running) throw new Error("edgehook loader: Go was woken while it was running");
+      running = true;
+      try {
+        fn(...args);
+        go._resume();
+      } finally {
+        running = false;
+      }
     };
     live = { exports: wasm.exports, wake };
     // env is the same for every request of an isolate; ctx belongs to this first request, and the
@@ -235,7 +260,7 @@ function start(isolateEnv, ctx) {
       (e) => `the Go instance failed: ${e}`,
     );
     exited.then(() => {
-      // Its requests were answered 500 (fetch below); its operations' outcomes are dropped.
+      // Its requests were answered 500 (respond below); its operations' outcomes are dropped.
       requests.clear();
       results.clear();
       live = undefined;
@@ -254,31 +279,48 @@ function start(isolateEnv, ctx) {
 const NULL_BODY_STATUS = new Set([101, 204, 205, 304]);
 
 async function handle(req, serve) {
-  const body = req.body === null ? null : new Uint8Array(await req.arrayBuffer()); // null: no body
-  const method = encoder.encode(req.method);
-  const headers = encoder.encode(headerText(req.headers));
-  const id = ++nextRequest;
+  // The body lives only in r, whose io.take drops it once Go has it.
+  const r = {
+    body: req.body === null ? null : new Uint8Array(await req.arrayBuffer()), // null: no body
+    method: encoder.encode(req.method),
+    headers: encoder.encode(headerText(req.headers)),
+  };
+  do nextRequest = (nextRequest + 1) | 0; // wraps within int32, skipping ids still in use
+  while (requests.has(nextRequest));
+  const id = nextRequest;
   const [status, headerLines, out] = await new Promise((answer) => {
-    requests.set(id, { method, headers, body, answer: (...a) => answer(a) });
-    serve(id, method.length, headers.length, body?.length ?? 0);
+    r.answer = (...a) => answer(a);
+    requests.set(id, r);
+    serve(id, r.method.length, r.headers.length, r.body?.length ?? 0);
   });
   return new Response(NULL_BODY_STATUS.has(status) ? null : out, { status, headers: parseHeaders(headerLines) });
 }
 
+async function respond(req, env, ctx) {
+  instance ??= start(env, ctx);
+  const { serve, exited } = await instance;
+  // If the instance dies while this request is in it, answer instead of hanging.
+  return Promise.race([
+    handle(req, serve),
+    exited.then(
+      (why) =>
+        new Response(`rejected:edge_crashed: ${why}\n`, {
+          status: 500,
+          headers: { "Edgehook-Outcome": "rejected:edge_crashed", "Content-Type": "text/plain; charset=utf-8" },
+        }),
+    ),
+  ]);
+}
+
 export default {
-  async fetch(req, env, ctx) {
-    instance ??= start(env, ctx);
-    const { serve, exited } = await instance;
-    // If the instance dies while this request is in it, answer instead of hanging.
-    return Promise.race([
-      handle(req, serve),
-      exited.then(
-        (why) =>
-          new Response(`rejected:edge_crashed: ${why}\n`, {
-            status: 500,
-            headers: { "Edgehook-Outcome": "rejected:edge_crashed", "Content-Type": "text/plain; charset=utf-8" },
-          }),
-      ),
-    ]);
+  fetch(req, env, ctx) {
+    // Workers cancels a request's outstanding work when its client disconnects, unless it is
+    // covered by waitUntil: the request's KV and fetch promises would then never settle, leaving
+    // its goroutine parked for good and losing the dedup write after a forward (a retry would be
+    // delivered twice). So the work runs to its answer whether or not anyone still waits for it.
+    const answer = respond(req, env, ctx);
+    ctx.waitUntil(answer.catch(() => {})); // a failure is the response's, reported once
+    return answer;
   },
 };
+

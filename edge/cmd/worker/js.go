@@ -72,6 +72,9 @@ func call(fn js.Value, args ...any) ([]byte, error) {
 	ch := make(chan settled, 1)
 	pendingMu.Lock()
 	nextID++
+	for pending[nextID] != nil { // after int32 wraps, an id may still be in use
+		nextID++
+	}
 	id := nextID
 	pending[id] = ch
 	pendingMu.Unlock()

@@ -250,34 +250,44 @@ func TestH1SendsAgainOnANewConnectionWhenNothingWasWritten(t *testing.T) {
 }
 
 // TestH1ClosesConnectionsIdleTooLong: a connection idle for idleFor is closed (its server reads
-// EOF) and leaves the pool, with no sweep left scheduled.
+// EOF, no sooner than idleFor after its answer: the connection was kept for reuse until then) and
+// leaves the pool, with no sweep left scheduled.
 func TestH1ClosesConnectionsIdleTooLong(t *testing.T) {
+	const idleFor = 50 * time.Millisecond
 	ln := listenLoopback(t)
-	closed := make(chan error, 1) // what the server's read after the answer ended with
+	type closing struct {
+		err   error         // what the server's read after the answer ended with
+		after time.Duration // how long after the answer
+	}
+	closed := make(chan closing, 1)
 	serveEach(t, ln, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		req, err := http.ReadRequest(br)
 		if err != nil {
-			closed <- err
+			closed <- closing{err: err}
 			return
 		}
 		io.Copy(io.Discard, req.Body)
 		c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"))
+		answered := time.Now()
 		c.SetReadDeadline(time.Now().Add(10 * time.Second)) // so that a failing test ends
 		_, err = br.ReadByte()                              // blocks until the client sends more or closes
-		closed <- err
+		closed <- closing{err, time.Since(answered)}
 	})
 	h := newTestH1(t)
-	h.idleFor = 10 * time.Millisecond
+	h.idleFor = idleFor
 	if status, _, err := post(t, context.Background(), h, "http://"+ln.Addr().String()+"/hook"); err != nil || status != 200 {
 		t.Fatalf("%d %v", status, err)
 	}
 	// The sweep runs on its own timer: the server sees the connection closed, and the pool is
 	// empty with no sweep left scheduled.
 	select {
-	case err := <-closed:
-		if err != io.EOF {
-			t.Fatalf("the server's read after the answer ended with %v, want EOF (the client closed)", err)
+	case c := <-closed:
+		if c.err != io.EOF {
+			t.Fatalf("the server's read after the answer ended with %v, want EOF (the client closed)", c.err)
+		}
+		if c.after < idleFor {
+			t.Fatalf("the connection was closed %s after its answer, before idleFor (%s): it was not kept for reuse", c.after, idleFor)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the idle connection was still open 5s after its answer")

@@ -181,10 +181,80 @@ describe("large bodies and failing KV", () => {
     }
   });
 
+  // A body of n bytes as a stream of 64 KiB chunks, sent chunked (no Content-Length). With open, the
+  // stream does not end after its n bytes: it stays open until close() is called.
+  function streamed(body, { open = false } = {}) {
+    let off = 0;
+    let controller;
+    const stream = new ReadableStream({
+      start(c) {
+        controller = c;
+      },
+      pull(c) {
+        if (off < body.length) {
+          c.enqueue(new Uint8Array(body.subarray(off, off + 64 * 1024)));
+          off += 64 * 1024;
+        } else if (!open) c.close();
+      },
+    });
+    return { stream, close: () => controller.close() };
+  }
+  const answerOf = async (res) => ({ status: res.status, headers: Object.fromEntries(res.headers), body: await res.text() });
+
   test("a body one byte over MAX_BODY_BYTES is refused", async () => {
-    const res = await mf.dispatchFetch("http://edge.test/", signed("del_big_over", "sub_big", {}, randomBytes(maxBody + 1)));
-    assert.deepEqual([res.status, res.headers.get("edgehook-outcome")], [413, "rejected:body_too_large"], await res.text());
+    const req = signed("del_big_over", "sub_big", {}, randomBytes(maxBody + 1));
+    assert.equal(req.headers["content-length"], undefined); // dispatchFetch declares the Buffer's length
+    const got = await answerOf(await mf.dispatchFetch("http://edge.test/", req));
+    assert.deepEqual([got.status, got.headers["edgehook-outcome"]], [413, "rejected:body_too_large"], got.body);
+    assert.equal(got.body, `rejected:body_too_large: body is larger than MAX_BODY_BYTES=${maxBody} bytes\n`);
     assert.equal(sub.received.length, 0);
+  });
+
+  test("a body declared over MAX_BODY_BYTES is refused without being read", { timeout: 60_000 }, async () => {
+    const body = randomBytes(maxBody + 1);
+    const declared = await answerOf(await mf.dispatchFetch("http://edge.test/", signed("del_big_decl1", "sub_big", {}, body)));
+    // Its first 64 KiB come, then nothing more until the answer: a loader that reads the body
+    // before answering never answers (the test's timeout fails it).
+    const { stream, close } = streamed(body.subarray(0, 64 * 1024), { open: true });
+    const req = signed("del_big_decl2", "sub_big", { "content-length": String(body.length) }, body);
+    try {
+      const res = await mf.dispatchFetch("http://edge.test/", { ...req, body: stream, duplex: "half" });
+      assert.deepEqual(await answerOf(res), declared);
+    } finally {
+      close();
+    }
+    assert.equal(declared.status, 413);
+    assert.equal(sub.received.length, 0);
+  });
+
+  test("a chunked body over MAX_BODY_BYTES is refused as soon as the limit is passed, as a declared one is", { timeout: 60_000 }, async () => {
+    const body = randomBytes(maxBody + 1);
+    const declared = await answerOf(await mf.dispatchFetch("http://edge.test/", signed("del_big_decl", "sub_big", {}, body)));
+    // The stream sends one byte over the limit and then neither ends nor sends more: a loader that
+    // waits for the whole body never answers (the test's timeout fails it).
+    const { stream, close } = streamed(body, { open: true });
+    try {
+      const res = await mf.dispatchFetch("http://edge.test/", { ...signed("del_big_stream", "sub_big", {}, body), body: stream, duplex: "half" });
+      assert.deepEqual(await answerOf(res), declared);
+    } finally {
+      close();
+    }
+    assert.equal(declared.status, 413);
+    assert.equal(sub.received.length, 0);
+  });
+
+  test("a body of exactly MAX_BODY_BYTES, declared or chunked, reaches the subscriber byte for byte", async () => {
+    for (const [id, chunked] of [["del_big_at_decl", false], ["del_big_at_stream", true]]) {
+      sub.setScript({ status: 200 });
+      const body = randomBytes(maxBody);
+      const req = signed(id, "sub_big", { "content-type": "application/octet-stream" }, body);
+      if (chunked) Object.assign(req, { body: streamed(body).stream, duplex: "half" });
+      const res = await mf.dispatchFetch("http://edge.test/", req);
+      assert.deepEqual([res.status, res.headers.get("edgehook-outcome")], [200, "forwarded"], `${id}: ${await res.text()}`);
+      assert.equal(sub.received.length, 1, id);
+      assert.equal(sub.received[0].body.length, body.length, id);
+      assert.equal(sha(sub.received[0].body), sha(body), id);
+    }
   });
 
   // A throw fails the request's whole batch of reads (one io call), so any read may be named.

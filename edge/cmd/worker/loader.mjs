@@ -35,12 +35,18 @@ function parseHeaders(text) {
 }
 
 // Reads at most max bytes of a response body: in one go when the declared length fits, else from
-// the stream, cancelling the rest.
+// the stream (readAtMost).
 async function excerpt(res, max) {
   if (res.body === null) return null;
   const declared = Number(res.headers.get("content-length") ?? NaN);
   if (declared <= max) return new Uint8Array(await res.arrayBuffer());
-  const reader = res.body.getReader();
+  return readAtMost(res.body, max);
+}
+
+// Reads a stream until it ends or max bytes have arrived, then cancels the rest; returns at most max
+// bytes.
+async function readAtMost(stream, max) {
+  const reader = stream.getReader();
   const chunks = [];
   let n = 0;
   while (n < max) {
@@ -50,6 +56,7 @@ async function excerpt(res, max) {
     n += value.byteLength;
   }
   if (n >= max) reader.cancel().catch(() => {}); // the rest is not wanted
+  if (chunks.length === 1 && n <= max) return chunks[0];
   const out = new Uint8Array(Math.min(n, max));
   let off = 0;
   for (const c of chunks) {
@@ -58,6 +65,23 @@ async function excerpt(res, max) {
     if (off === out.length) break;
   }
   return out;
+}
+
+// A request body as Go takes it (io.take): body, its bytes or null for none, and bodyLen, the
+// length Go is told. Go needs at most cap bytes (edgehookBodyCap: its limit plus one, enough for
+// the relay to answer 413), so a body is read only that far: anyone can send one, before any
+// signature check, and a body read whole could exhaust the isolate's memory, failing every request
+// in it. A body declared over the limit (cap bytes or more) is not read at all: Go is told cap bytes
+// and gets none (it takes zeros), the relay needing only their count to refuse it, as it refuses
+// one that was read.
+async function requestBody(req, cap) {
+  if (req.body === null) return { body: null, bodyLen: 0 };
+  if (Number(req.headers.get("content-length") ?? NaN) >= cap) {
+    req.body.cancel().catch(() => {});
+    return { body: new Uint8Array(0), bodyLen: cap };
+  }
+  const body = await readAtMost(req.body, cap);
+  return { body, bodyLen: body.length };
 }
 
 const encoder = new TextEncoder();
@@ -159,7 +183,8 @@ const io = {
     results.delete(id);
     bytesAt(ptr, packed.length).set(packed);
   },
-  // Writes request id's method, headers and first bodyLen body bytes to ptr, one after another.
+  // Writes request id's method, headers and first bodyLen body bytes to ptr, one after another; of
+  // a body that was not read (requestBody), none: Go's fresh buffer holds zeros there.
   take(id, ptr, bodyLen) {
     const r = requests.get(id);
     const out = bytesAt(ptr, r.method.length + r.headers.length + bodyLen);
@@ -268,7 +293,9 @@ function start(isolateEnv, ctx) {
     });
     const early = await Promise.race([isReady.then(() => null), exited]);
     if (early) throw new Error(early);
-    return { serve: (...args) => wake(wasm.exports.edgehookServe, ...args), exited };
+    // A plain call: it only returns a number, so Go's scheduler needs no resumption (wake).
+    const bodyCap = wasm.exports.edgehookBodyCap();
+    return { serve: (...args) => wake(wasm.exports.edgehookServe, ...args), exited, bodyCap };
   })();
   started.catch(() => {
     if (instance === started) instance = undefined; // the next request tries again
@@ -278,10 +305,10 @@ function start(isolateEnv, ctx) {
 
 const NULL_BODY_STATUS = new Set([101, 204, 205, 304]);
 
-async function handle(req, serve) {
+async function handle(req, serve, bodyCap) {
   // The body lives only in r, whose io.take drops it once Go has it.
   const r = {
-    body: req.body === null ? null : new Uint8Array(await req.arrayBuffer()), // null: no body
+    ...(await requestBody(req, bodyCap)),
     method: encoder.encode(req.method),
     headers: encoder.encode(headerText(req.headers)),
   };
@@ -291,17 +318,17 @@ async function handle(req, serve) {
   const [status, headerLines, out] = await new Promise((answer) => {
     r.answer = (...a) => answer(a);
     requests.set(id, r);
-    serve(id, r.method.length, r.headers.length, r.body?.length ?? 0);
+    serve(id, r.method.length, r.headers.length, r.bodyLen);
   });
   return new Response(NULL_BODY_STATUS.has(status) ? null : out, { status, headers: parseHeaders(headerLines) });
 }
 
 async function respond(req, env, ctx) {
   instance ??= start(env, ctx);
-  const { serve, exited } = await instance;
+  const { serve, exited, bodyCap } = await instance;
   // If the instance dies while this request is in it, answer instead of hanging.
   return Promise.race([
-    handle(req, serve),
+    handle(req, serve, bodyCap),
     exited.then(
       (why) =>
         new Response(`rejected:edge_crashed: ${why}\n`, {

@@ -37,6 +37,22 @@ func serveExport(id, methodLen, headersLen, bodyLen int32) {
 	}
 }
 
+// bodyCapExport returns how many body bytes the loader reads and hands to take (bodyCap), so that
+// an oversize body is neither read whole nor held whole in the isolate's memory.
+//
+//go:wasmexport edgehookBodyCap
+func bodyCapExport() int32 { return int32(served.bodyCap()) }
+
+// bodyCap is the most body bytes a request needs: MaxBody+1, enough for the relay to answer 413
+// (MaxMaxBody keeps it within int32), or none when misconfigured, which serve answers without a
+// body.
+func (h *handler) bodyCap() int {
+	if h.err != nil {
+		return 0
+	}
+	return int(h.relay.MaxBody() + 1)
+}
+
 // server runs j, then every request handed to it.
 func (h *handler) server(j job) {
 	for {
@@ -67,10 +83,10 @@ func (h *handler) serve(j job) (resp *relay.Response) {
 	return resp
 }
 
-// take copies j's method, headers and at most MaxBody+1 body bytes (enough to answer 413) into
-// one new buffer, which the Request's strings and body share: nothing writes it again.
+// take copies j's method, headers and at most bodyCap body bytes into one new buffer, which the
+// Request's strings and body share: nothing writes it again.
 func (h *handler) take(j job) *relay.Request {
-	bodyLen := int(min(int64(j.bodyLen), h.relay.MaxBody()+1))
+	bodyLen := min(j.bodyLen, h.bodyCap())
 	b := make([]byte, j.methodLen+j.headersLen+bodyLen)
 	ioTake.Invoke(j.id, addr(b), bodyLen)
 	runtime.KeepAlive(b)

@@ -224,6 +224,9 @@ describe("large bodies and failing KV", () => {
       close();
     }
     assert.equal(declared.status, 413);
+    // The relay's order stands: a wrong method is named before the body's size.
+    const put = await mf.dispatchFetch("http://edge.test/", { ...signed("del_big_put", "sub_big", {}, body), method: "PUT" });
+    assert.deepEqual([put.status, put.headers.get("edgehook-outcome")], [405, "rejected:method_not_allowed"], await put.text());
     assert.equal(sub.received.length, 0);
   });
 

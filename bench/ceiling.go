@@ -39,8 +39,8 @@ func (b *bench) ceiling(ctx context.Context) section {
 	return s
 }
 
-// loopbackNetwork is the internal network the ceiling's client may reach: the sink's, and the
-// origin's --allow-network (origin.go).
+// loopbackNetwork is the internal network the origin (its --allow-network, origin.go) and the
+// ceiling's client may reach: the sink's.
 const loopbackNetwork = "127.0.0.0/8"
 
 // ceilingResult is a ceiling run's load and the connections the sink accepted for it.

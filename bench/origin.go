@@ -27,7 +27,7 @@ func originArgs(db, level string) []string {
 // engineArgs are the engine settings of serve and drain: the sink's loopback allowed, a short
 // shutdown grace, and then -engine-flags (to try other engine settings; empty in the report's run).
 func (b *bench) engineArgs() []string {
-	return append([]string{"--allow-network", "127.0.0.0/8", "--shutdown-grace", "2s"}, strings.Fields(b.cfg.engineFlags)...)
+	return append([]string{"--allow-network", loopbackNetwork, "--shutdown-grace", "2s"}, strings.Fields(b.cfg.engineFlags)...)
 }
 
 // serve starts `edgehook serve` on db and waits until it listens; it returns the API's base URL.

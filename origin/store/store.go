@@ -178,9 +178,8 @@ func openVersion(ctx context.Context, opts Options, version int) (*Store, error)
 		// written or read (about −20 % CPU per emitted event; settling and claiming within noise).
 		// The store deletes children itself instead of ON DELETE CASCADE (DeleteSubscriber, and
 		// a trigger for a delivery's attempts, migration 0008) and logs attempts only for
-		// deliveries its settle updated. The schema
-		// keeps its REFERENCES clauses: they document the relations, and PRAGMA foreign_key_check
-		// (the tests') checks them.
+		// deliveries its settle updated. The schema keeps its REFERENCES clauses: they document
+		// the relations, and PRAGMA foreign_key_check (the tests') checks them.
 		q.Add("_pragma", "foreign_keys(0)")
 		q.Add("_pragma", "synchronous("+opts.Synchronous+")")
 		// Statement journals (pages a statement may have to undo) stay in memory: on disk, every

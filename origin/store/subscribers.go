@@ -343,8 +343,8 @@ func (s *Store) UpdateSubscriber(ctx context.Context, id string, patch Subscribe
 // DeleteSubscriber removes a subscriber with its secrets, limiter row, deliveries and their
 // attempts (events stay until the retention prune). Foreign keys are not enforced (see Open): the
 // children go here, in the same transaction; the deliveries' attempts, queue_counts and
-// delivered_by_second go by trigger (migrations 0008 and 0006). A delivery of it in flight meanwhile settles as stale (settleSQL
-// matches no row), so no attempt is logged for it.
+// delivered_by_second go by trigger (migrations 0008 and 0006). A delivery of it in flight
+// meanwhile settles as stale (settleSQL matches no row), so no attempt is logged for it.
 func (s *Store) DeleteSubscriber(ctx context.Context, id string) error {
 	return s.inTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM subscribers WHERE id = ?`, id)

@@ -103,7 +103,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.burst, "burst", 10, "rate limit: the subscriber's burst")
 	fs.DurationVar(&c.rateFor, "rate-for", 20*time.Second, "rate limit: the measured window")
 	fs.IntVar(&c.backlogN, "backlog", 1_000_000, "backlog: pending deliveries")
-	fs.IntVar(&c.claims, "claims", 50, "backlog: claims timed")
+	fs.IntVar(&c.claims, "claims", 500, "backlog: claims timed (each batch is settled before the next claim)")
 	fs.DurationVar(&c.rssFor, "rss-for", 5*time.Second, "backlog: how long the origin works on the backlog before its RSS is read")
 	fs.BoolVar(&c.smoke, "smoke", false, "tiny sizes (a few seconds per section), no report: proves the program still works")
 	if err := fs.Parse(args); err != nil {

@@ -45,6 +45,8 @@ type ClaimResult struct {
 // candidate is a subscriber that may be claimed for, with its budget.
 type candidate struct {
 	id        string
+	ordinal   int64
+	cursor    int64 // limiter.cursor (fanout.go)
 	budget    int
 	tokens    float64
 	rate      float64
@@ -77,10 +79,12 @@ func (c *candidate) held(res *ClaimResult) {
 //   - A subscriber's take is bounded by its token bucket (lazily refilled at rate, clamped at
 //     burst, spent here so every process shares it), its in-flight cap, a Retry-After pause, and
 //     the circuit breaker (open: nothing; cool-down over: one probe).
-//   - First attempts are taken before retries.
+//   - First attempts are taken before retries: those with a row (coalesced) first, then those of
+//     the subscriber's fanouts, which become rows here (fanout.go).
 //
 // Each subscriber's rows are taken with one UPDATE … WHERE seq IN (SELECT … LIMIT n) RETURNING
-// statement stamping a random lease token and the expiry; Settle checks that token.
+// statement stamping a random lease token and the expiry, and its fanout deliveries inserted so
+// leased; Settle checks that token.
 func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 	c, err := s.newClaim(p)
 	if err != nil {
@@ -175,7 +179,7 @@ func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, cl claimPlan, moves cou
 	for _, c := range cands {
 		if c.taken == 0 {
 			if c.budget == 0 && (c.byTokens || !res.Waiting) {
-				due, err := s.hasDue(ctx, tx, c.id, cl.now)
+				due, err := s.hasDue(ctx, tx, c, cl.now)
 				if err != nil {
 					return res, err
 				}
@@ -281,7 +285,7 @@ var spendTokensSQL = chunkSQL(3, func(values string) string {
 // round-robin order, with their budgets. moves are count changes not yet in queue_counts: none into
 // pending, and those out of leased lower the in-flight counts.
 func (s *Store) claimCandidates(ctx context.Context, tx *sql.Tx, now int64, moves countDeltas) ([]*candidate, error) {
-	rows, err := s.query(ctx, tx, `SELECT s.id, s.rate_per_sec, s.burst, s.max_in_flight, l.tokens, l.refilled_at, l.circuit,
+	rows, err := s.query(ctx, tx, `SELECT s.id, s.ordinal, l.cursor, s.rate_per_sec, s.burst, s.max_in_flight, l.tokens, l.refilled_at, l.circuit,
 			coalesce((SELECT n FROM queue_counts q WHERE q.subscriber_id = s.id AND q.status = 'leased'), 0)
 		FROM subscribers s JOIN limiter l ON l.subscriber_id = s.id
 		WHERE s.state = 'active' AND l.paused_until <= ?1
@@ -300,7 +304,7 @@ func (s *Store) claimCandidates(ctx context.Context, tx *sql.Tx, now int64, move
 			refilledAt, leased int64
 			circuit            string
 		)
-		if err := rows.Scan(&c.id, &c.rate, &burst, &maxInFlight, &c.tokens, &refilledAt, &circuit, &leased); err != nil {
+		if err := rows.Scan(&c.id, &c.ordinal, &c.cursor, &c.rate, &burst, &maxInFlight, &c.tokens, &refilledAt, &circuit, &leased); err != nil {
 			return nil, err
 		}
 		leased += moves[[2]string{c.id, string(StatusLeased)}]
@@ -333,22 +337,39 @@ type claimAsk struct {
 	n, got int
 }
 
-// claimBatch leases, for every ask, up to n due deliveries of its subscriber: first attempts, then
-// retries for what is still missing. Up to claimChunk subscribers share one statement per kind
-// (each statement is prepared: see Store.exec), so a claim runs a few statements, not one per
-// subscriber.
+// claimBatch leases, for every ask, up to n due deliveries of its subscriber: first attempts with a
+// row, then those of its fanouts, then retries for what is still missing. Up to claimChunk
+// subscribers share one statement per kind (each statement is prepared: see Store.exec), so a
+// claim runs a few statements, not one per subscriber.
 func (s *Store) claimBatch(ctx context.Context, tx *sql.Tx, asks []claimAsk, now, leaseUntil int64, token string) ([]claimedRow, error) {
 	var out []claimedRow
 	bySub := make(map[string]*claimAsk, len(asks))
 	for i := range asks {
 		bySub[asks[i].c.id] = &asks[i]
 	}
-	for _, kind := range []string{"attempts = 0", "attempts > 0"} {
+	for _, kind := range []string{"attempts = 0", fanoutKind, "attempts > 0"} {
 		var missing []*claimAsk
 		for i := range asks {
 			if asks[i].n > asks[i].got {
 				missing = append(missing, &asks[i])
 			}
+		}
+		if kind == fanoutKind && len(missing) > 0 {
+			takes := make([]fanoutTake, len(missing))
+			for i, a := range missing {
+				takes[i] = fanoutTake{sub: a.c.id, ordinal: a.c.ordinal, cursor: a.c.cursor, n: int64(a.n - a.got)}
+			}
+			got, err := s.fanoutRows(ctx, tx, takes, fanoutState{status: StatusLeased, token: token, leaseUntil: leaseUntil, now: now})
+			if err != nil {
+				return nil, err
+			}
+			for _, r := range got {
+				a := bySub[r.subID]
+				a.got++
+				a.c.cursor = max(a.c.cursor, r.eventSeq) // as moved: a second pass goes on from there
+			}
+			out = append(out, got...)
+			continue
 		}
 		for len(missing) > 0 {
 			chunk := missing[:min(len(missing), claimChunk)]
@@ -369,6 +390,9 @@ func (s *Store) claimBatch(ctx context.Context, tx *sql.Tx, asks []claimAsk, now
 	}
 	return out, nil
 }
+
+// fanoutKind names the claim of deliveries that are not rows yet, between the two kinds of rows.
+const fanoutKind = "fanout"
 
 // claimChunk is the most subscribers one claim statement serves: it bounds the statement texts,
 // each prepared once.
@@ -416,11 +440,14 @@ func claimSQL(kind string, n int) string {
 		RETURNING seq, event_seq, attempts, coalesce_key, age_from, subscriber_id`
 }
 
-// hasDue reports whether a subscriber has a pending delivery due at now.
-func (s *Store) hasDue(ctx context.Context, tx *sql.Tx, subID string, now int64) (bool, error) {
+// hasDue reports whether a subscriber has a pending delivery due at now: a fanout delivery is due
+// from its emit on.
+func (s *Store) hasDue(ctx context.Context, tx *sql.Tx, c *candidate, now int64) (bool, error) {
 	var due bool
-	err := s.queryRow(ctx, tx, `SELECT EXISTS (SELECT 1 FROM deliveries INDEXED BY deliveries_due_first WHERE subscriber_id = ?1 AND status = 'pending' AND attempts = 0 AND next_attempt_at <= ?2)
-		OR EXISTS (SELECT 1 FROM deliveries INDEXED BY deliveries_due_retry WHERE subscriber_id = ?1 AND status = 'pending' AND attempts > 0 AND next_attempt_at <= ?2)`, subID, now).Scan(&due)
+	err := s.queryRow(ctx, tx, `SELECT `+hasFanoutSQL+`
+		OR EXISTS (SELECT 1 FROM deliveries INDEXED BY deliveries_due_first WHERE subscriber_id = ?3 AND status = 'pending' AND attempts = 0 AND next_attempt_at <= ?4)
+		OR EXISTS (SELECT 1 FROM deliveries INDEXED BY deliveries_due_retry WHERE subscriber_id = ?3 AND status = 'pending' AND attempts > 0 AND next_attempt_at <= ?4)`,
+		c.ordinal, c.cursor, c.id, now).Scan(&due)
 	return due, err
 }
 

@@ -509,8 +509,9 @@ func TestDueQueriesUseIndexes(t *testing.T) {
 		{supersedeSQL, []any{1, `[["a","k"]]`}, "deliveries_coalesce"},
 		{`SELECT 1 FROM deliveries WHERE ` + expiredSQL, []any{1}, "deliveries_leased"},
 		{prunableSQL, []any{1}, "deliveries_status_settled"},
-		{pendingOfSQL, []any{1, 1, "a", 10}, "deliveries_due_first"},
-		{pendingOfSQL, []any{1, 1, "a", 10}, "deliveries_due_retry"},
+		{pendingRowsSQL("attempts = 0"), []any{1, 1, "a", 10}, "deliveries_due_first"},
+		{pendingRowsSQL("attempts > 0"), []any{1, 1, "a", 10}, "deliveries_due_retry"},
+		{`SELECT ` + hasFanoutSQL, []any{1, 0}, "events_fanout"},
 		{`SELECT 1 FROM deliveries WHERE ` + diedBetweenSQL, []any{1, "a", 1, 2}, "deliveries_sub_settled"},
 	} {
 		rows, err := s.r.Query(`EXPLAIN QUERY PLAN `+tc.query, tc.args...)

@@ -96,29 +96,71 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (DeliveryP
 		}
 		add("d.seq < ?", c)
 	}
-	q := `SELECT ` + deliveryColumns + ` FROM deliveries d JOIN events e ON e.seq = d.event_seq`
+	cond := ""
 	if len(where) > 0 {
-		q += ` WHERE ` + strings.Join(where, " AND ")
+		cond = ` AND ` + strings.Join(where, " AND ")
 	}
-	rows, err := s.r.QueryContext(ctx, q+` ORDER BY d.seq DESC LIMIT ?`, append(args, f.Limit+1)...)
+	list, err := s.listPage(ctx, `SELECT `+deliveryColumns+` FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE 1`+cond+
+		` ORDER BY d.seq DESC LIMIT ?`, append(args, f.Limit+1))
 	if err != nil {
 		return DeliveryPage{}, err
 	}
-	defer rows.Close()
-	var page DeliveryPage
-	var last int64
-	for rows.Next() {
-		d, seq, err := s.scanDelivery(rows)
+	if f.Status == "" || f.Status == StatusPending {
+		// Newest event first, then a partial sort of each event's few deliveries, so a page reads
+		// only as far back as it shows; every such delivery is past its subscriber's cursor.
+		fanned, err := s.listPage(ctx, `SELECT `+deliveryColumns+` FROM fanout_deliveries d JOIN events e ON e.seq = d.event_seq
+			WHERE e.seq > (SELECT coalesce(min(cursor), 0) FROM limiter)`+cond+` ORDER BY e.seq DESC, d.seq DESC LIMIT ?`, append(args, f.Limit+1))
 		if err != nil {
 			return DeliveryPage{}, err
 		}
-		if len(page.Deliveries) == f.Limit {
-			page.NextCursor = strconv.FormatInt(last, 10)
+		list = mergeNewestFirst(list, fanned)
+	}
+	var page DeliveryPage
+	for i, d := range list {
+		if i == f.Limit {
+			page.NextCursor = strconv.FormatInt(list[i-1].seq, 10)
 			break
 		}
-		page.Deliveries, last = append(page.Deliveries, d), seq
+		page.Deliveries = append(page.Deliveries, d.Delivery)
 	}
-	return page, rows.Err()
+	return page, nil
+}
+
+// listedDelivery is a delivery read for a page, with its seq.
+type listedDelivery struct {
+	Delivery
+	seq int64
+}
+
+// listPage runs a listing query.
+func (s *Store) listPage(ctx context.Context, q string, args []any) ([]listedDelivery, error) {
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []listedDelivery
+	for rows.Next() {
+		d, seq, err := s.scanDelivery(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, listedDelivery{d, seq})
+	}
+	return out, rows.Err()
+}
+
+// mergeNewestFirst merges two lists ordered by seq, newest first.
+func mergeNewestFirst(a, b []listedDelivery) []listedDelivery {
+	out := make([]listedDelivery, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		if a[0].seq > b[0].seq {
+			out, a = append(out, a[0]), a[1:]
+		} else {
+			out, b = append(out, b[0]), b[1:]
+		}
+	}
+	return append(append(out, a...), b...)
 }
 
 func (st Status) valid() bool {
@@ -136,6 +178,9 @@ func (s *Store) GetDelivery(ctx context.Context, id string) (*Delivery, error) {
 		return nil, err
 	}
 	d, _, err := s.scanDelivery(s.r.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.seq = ?`, seq))
+	if errors.Is(err, sql.ErrNoRows) {
+		d, err = s.fanoutDelivery(ctx, s.r, seq)
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("delivery %q: %w", id, ErrNotFound)
 	}
@@ -157,6 +202,15 @@ func (s *Store) GetDelivery(ctx context.Context, id string) (*Delivery, error) {
 		d.AttemptLog = append(d.AttemptLog, a)
 	}
 	return &d, rows.Err()
+}
+
+// fanoutDelivery reads the delivery of seq that is not a row yet, or sql.ErrNoRows.
+func (s *Store) fanoutDelivery(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, seq int64) (Delivery, error) {
+	d, _, err := s.scanDelivery(q.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM fanout_deliveries d JOIN events e ON e.seq = d.event_seq
+		WHERE d.event_seq = ? AND d.seq = ?`, seq>>ordinalBits, seq))
+	return d, err
 }
 
 // GetEvent returns a stored event with its body.
@@ -186,6 +240,11 @@ func (s *Store) RetryDelivery(ctx context.Context, id string, now time.Time) (*D
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		var status string
 		err := tx.QueryRowContext(ctx, `SELECT status FROM deliveries WHERE seq = ?`, seq).Scan(&status)
+		if errors.Is(err, sql.ErrNoRows) {
+			var d Delivery
+			d, err = s.fanoutDelivery(ctx, tx, seq)
+			status = string(d.Status)
+		}
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("delivery %q: %w", id, ErrNotFound)
 		}
@@ -252,7 +311,8 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
 	nowMS := ms(now)
 	rows, err := s.r.QueryContext(ctx, `SELECT s.id, s.state, coalesce(l.paused_until, 0), coalesce(l.circuit, 'closed'), coalesce(l.circuit_until, 0),
 			coalesce((SELECT min(next_attempt_at) FROM deliveries INDEXED BY deliveries_due_first WHERE subscriber_id = s.id AND status = 'pending' AND attempts = 0), 0),
-			coalesce((SELECT min(next_attempt_at) FROM deliveries INDEXED BY deliveries_due_retry WHERE subscriber_id = s.id AND status = 'pending' AND attempts > 0), 0)
+			coalesce((SELECT min(next_attempt_at) FROM deliveries INDEXED BY deliveries_due_retry WHERE subscriber_id = s.id AND status = 'pending' AND attempts > 0), 0),
+			`+fanoutOldestSQL+`
 		FROM subscribers s LEFT JOIN limiter l ON l.subscriber_id = s.id ORDER BY s.id`)
 	if err != nil {
 		return Stats{}, err
@@ -261,8 +321,8 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
 	for rows.Next() {
 		var ss SubscriberStats
 		var state, circuit string
-		var paused, circuitUntil, first, retry int64
-		if err := rows.Scan(&ss.SubscriberID, &state, &paused, &circuit, &circuitUntil, &first, &retry); err != nil {
+		var paused, circuitUntil, first, retry, fanned int64
+		if err := rows.Scan(&ss.SubscriberID, &state, &paused, &circuit, &circuitUntil, &first, &retry, &fanned); err != nil {
 			rows.Close()
 			return Stats{}, err
 		}
@@ -271,9 +331,11 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
 			ss.PausedUntil = fromMS(paused)
 		}
 		ss.CircuitOpen = circuit != "closed" && circuitUntil > nowMS
-		oldest := first
-		if oldest == 0 || retry != 0 && retry < oldest {
-			oldest = retry
+		var oldest int64
+		for _, t := range []int64{first, retry, fanned} {
+			if oldest == 0 || t != 0 && t < oldest {
+				oldest = t
+			}
 		}
 		if oldest != 0 && oldest <= nowMS {
 			ss.OldestDueAge = time.Duration(nowMS-oldest) * time.Millisecond
@@ -337,8 +399,8 @@ const prunableSQL = `SELECT seq FROM deliveries WHERE status IN ('delivered', 'd
 const pruneChunk = 2000
 
 // Prune deletes delivered, dead and superseded deliveries (their attempts go by trigger, migration
-// 0008) last changed before cutoff, then events older than cutoff that no delivery references. It
-// returns the number of deliveries deleted.
+// 0008) last changed before cutoff, then events older than cutoff that no delivery references, a
+// row or not. It returns the number of deliveries deleted.
 func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 	limit := ` LIMIT ` + strconv.Itoa(pruneChunk)
 	var deliveries int64
@@ -348,7 +410,8 @@ func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 	}{
 		{`DELETE FROM deliveries WHERE seq IN (` + prunableSQL + limit + `)`, &deliveries},
 		{`DELETE FROM events WHERE seq IN (SELECT seq FROM events e WHERE created_at < ?
-			AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = e.seq)` + limit + `)`, nil},
+			AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = e.seq)
+			AND NOT EXISTS (SELECT 1 FROM fanout_deliveries f WHERE f.event_seq = e.seq)` + limit + `)`, nil},
 	} {
 		for {
 			var n int64

@@ -100,16 +100,12 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (DeliveryP
 	if len(where) > 0 {
 		cond = ` AND ` + strings.Join(where, " AND ")
 	}
-	list, err := s.listPage(ctx, `SELECT `+deliveryColumns+` FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE 1`+cond+
-		` ORDER BY d.seq DESC LIMIT ?`, append(args, f.Limit+1))
+	list, err := s.listPage(ctx, rowsPageSQL+cond+` ORDER BY d.seq DESC LIMIT ?`, append(args, f.Limit+1))
 	if err != nil {
 		return DeliveryPage{}, err
 	}
 	if f.Status == "" || f.Status == StatusPending {
-		// Newest event first, then a partial sort of each event's few deliveries, so a page reads
-		// only as far back as it shows; every such delivery is past its subscriber's cursor.
-		fanned, err := s.listPage(ctx, `SELECT `+deliveryColumns+` FROM fanout_deliveries d JOIN events e ON e.seq = d.event_seq
-			WHERE e.seq > (SELECT coalesce(min(cursor), 0) FROM limiter)`+cond+` ORDER BY e.seq DESC, d.seq DESC LIMIT ?`, append(args, f.Limit+1))
+		fanned, err := s.listPage(ctx, fanoutPageSQL+cond+fanoutPageOrder, append(args, f.Limit+1))
 		if err != nil {
 			return DeliveryPage{}, err
 		}
@@ -125,6 +121,18 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (DeliveryP
 	}
 	return page, nil
 }
+
+// rowsPageSQL lists delivery rows; the caller adds conditions (AND …), the order and the limit.
+const rowsPageSQL = `SELECT ` + deliveryColumns + ` FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE 1`
+
+// fanoutPageSQL and fanoutPageOrder list the deliveries that are not rows yet, around the
+// caller's conditions: newest event first (the view's outer loop), then a partial sort of each
+// event's few deliveries, so a page reads only as far back as it shows. Every such delivery is past
+// its subscriber's cursor, so none is older than the oldest cursor.
+const (
+	fanoutPageSQL   = `SELECT ` + deliveryColumns + ` FROM fanout_deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.event_seq > (SELECT coalesce(min(cursor), 0) FROM limiter)`
+	fanoutPageOrder = ` ORDER BY d.event_seq DESC, d.seq DESC LIMIT ?`
+)
 
 // listedDelivery is a delivery read for a page, with its seq.
 type listedDelivery struct {

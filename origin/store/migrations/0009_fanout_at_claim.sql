@@ -41,14 +41,16 @@ CREATE TABLE fanout_members (
 ) WITHOUT ROWID;
 CREATE INDEX fanout_members_ordinal ON fanout_members(ordinal, fanout);
 
--- The pending deliveries that are not rows yet, with a row's columns.
+-- The pending deliveries that are not rows yet, with a row's columns. CROSS JOIN keeps events the
+-- outer loop, whatever else a query filters on: listing reads the newest events first and stops
+-- at its page, where starting from a subscriber sorted every delivery of its backlog.
 CREATE VIEW fanout_deliveries AS
   SELECT (e.seq << 20) | s.ordinal AS seq, e.seq AS event_seq, s.id AS subscriber_id, 'pending' AS status, '' AS reason,
     '' AS coalesce_key, 0 AS attempts, e.created_at AS next_attempt_at, e.created_at AS age_from, '' AS lease_token,
     0 AS lease_expires_at, 0 AS last_status, '' AS last_error, e.created_at AS created_at, e.created_at AS updated_at,
     0 AS delivered_at
-  FROM events e JOIN fanout_members m ON m.fanout = e.fanout JOIN subscribers s ON s.ordinal = m.ordinal
-    JOIN limiter l ON l.subscriber_id = s.id
+  FROM events e CROSS JOIN fanout_members m ON m.fanout = e.fanout CROSS JOIN subscribers s ON s.ordinal = m.ordinal
+    CROSS JOIN limiter l ON l.subscriber_id = s.id
   WHERE e.fanout <> 0 AND e.seq > l.cursor;
 
 -- Every delivery, a row or not.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/edgehook/edgehook/shared/wire"
 )
@@ -169,6 +170,109 @@ func TestClaimTakesTheOldestAcrossFanouts(t *testing.T) {
 	for sub, n := range map[string]int64{"odd": 7, "third": 6} {
 		if c := counts(t, s, sub); c[StatusPending] != n {
 			t.Fatalf("%s: %v, want %d pending", sub, c, n)
+		}
+	}
+}
+
+// TestARecreatedSubscriberGetsOnlyNewEvents: a subscriber deleted and created again under its id
+// is a new subscriber (a new ordinal), in none of the fanouts of the events before; an event stays
+// until the retention prune finds none of its deliveries pending.
+func TestARecreatedSubscriberGetsOnlyNewEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	mustSub(t, s, SubscriberInput{ID: "b"})
+	mustEmit(t, s, "before", "t", `{}`)
+	if err := s.DeleteSubscriber(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	if c := counts(t, s, "a"); c[StatusPending] != 0 {
+		t.Fatalf("the new a: %v, want nothing pending", c)
+	}
+	mustEmit(t, s, "after", "t", `{}`)
+	got := map[string]bool{}
+	var items []Settlement
+	for _, c := range claim(t, s, clk.Now(), 10).Deliveries {
+		got[c.Subscriber.ID+"/"+c.Event.ID] = true
+		items = append(items, done(c, ResultDelivered))
+	}
+	if want := map[string]bool{"b/before": true, "a/after": true, "b/after": true}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("claimed %v, want %v", got, want)
+	}
+	mustEmit(t, s, "pending", "t", `{}`)
+	settle(t, s, clk.Now(), items...)
+	clk.Advance(48 * time.Hour)
+	if _, err := s.Prune(ctx, clk.Now().Add(-24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	for id, kept := range map[string]bool{"before": false, "after": false, "pending": true} {
+		if _, err := s.GetEvent(ctx, id); (err == nil) != kept {
+			t.Fatalf("event %s after the prune: %v, want kept %v", id, err, kept)
+		}
+	}
+}
+
+// TestOrdinalsRunOut: the 2^20th subscriber a database creates is its last, with an error that
+// says why; deleting one gives no ordinal back.
+func TestOrdinalsRunOut(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := open(t, Options{})
+	if _, err := s.w.Exec(`UPDATE meta SET value = ? WHERE key = 'next_ordinal'`, maxOrdinals-1); err != nil {
+		t.Fatal(err)
+	}
+	mustSub(t, s, SubscriberInput{ID: "last"})
+	if err := s.DeleteSubscriber(ctx, "last"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.CreateSubscriber(ctx, SubscriberInput{ID: "one-more", URL: "https://example.com/hook", Events: []string{"*"}})
+	if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "1048576 subscribers") {
+		t.Fatalf("one subscriber too many: %v", err)
+	}
+	if _, err := s.GetSubscriber(ctx, "one-more"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the refused subscriber was stored: %v", err)
+	}
+}
+
+// TestFanoutQueriesStayOnTheirIndexes pins the plans that must stay cheap with a million
+// deliveries pending in fanouts: a claim's search of each fanout, and a page of the listing, which
+// reads the newest events first (only each event's few deliveries sorted), with or without a
+// subscriber.
+func TestFanoutQueriesStayOnTheirIndexes(t *testing.T) {
+	t.Parallel()
+	s, _ := open(t, Options{})
+	plan := func(q string, args ...any) string {
+		t.Helper()
+		rows, err := s.r.Query(`EXPLAIN QUERY PLAN `+q, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, detail)
+		}
+		return strings.Join(out, "; ")
+	}
+	claimPlan := plan(fanoutRowsSQL(2), "leased", "", "", "t", 1, 1, "a", 0, 10, 1, 0, 10, "b", 1, 10, 1, 0, 10)
+	if strings.Count(claimPlan, "COVERING INDEX events_fanout (fanout=? AND seq>?)") != 2 {
+		t.Errorf("claim plan %q, want two searches of events_fanout", claimPlan)
+	}
+	for _, cond := range []string{"", " AND d.subscriber_id = ?"} {
+		args := []any{101}
+		if cond != "" {
+			args = []any{"a", 101}
+		}
+		p := plan(fanoutPageSQL+cond+fanoutPageOrder, args...)
+		if !strings.HasPrefix(p, "SEARCH e USING INTEGER PRIMARY KEY (rowid>?)") || strings.Contains(p, "TEMP B-TREE FOR ORDER BY") {
+			t.Errorf("listing plan%s: %q, want the newest events first and no whole sort", cond, p)
 		}
 	}
 }

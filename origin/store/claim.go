@@ -192,7 +192,7 @@ func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, cl claimPlan, moves cou
 		if !c.exhausted && c.taken == c.budget {
 			c.held(&res) // limited, maybe more due
 		}
-		spent = append(spent, spend{ID: c.id, Tokens: c.tokens - float64(c.taken), Probe: c.probe})
+		spent = append(spent, spend{ID: c.id, Tokens: c.tokens - float64(c.taken), Probe: c.probe, Cursor: c.cursor})
 	}
 	for _, r := range rows {
 		moves.move(r.subID, StatusPending, StatusLeased, 1)
@@ -249,15 +249,17 @@ func (s *Store) rescueExpired(ctx context.Context, tx *sql.Tx, now int64) error 
 // repeats for the planner).
 const expiredSQL = `status = 'leased' AND lease_expires_at <= ?1`
 
-// spend is a subscriber's bucket after a claim took from it.
+// spend is a subscriber's bucket and cursor after a claim took from it.
 type spend struct {
 	ID     string
 	Tokens float64
-	Probe  bool // the claim took the circuit's probe
+	Probe  bool  // the claim took the circuit's probe
+	Cursor int64 // past the fanout deliveries it took
 }
 
-// spendTokens writes the buckets of the subscribers a claim took from, in one statement: the
-// refill is accounted up to now, a probe marks the circuit as probing until the lease ends.
+// spendTokens writes the buckets and cursors of the subscribers a claim took from, in one
+// statement: the refill is accounted up to now, a probe marks the circuit as probing until the
+// lease ends.
 // refilled_at never goes back: a process whose clock reading is older than another's last claim
 // (it read the clock, then waited for the write lock) must not be credited that time twice.
 func (s *Store) spendTokens(ctx context.Context, tx *sql.Tx, spent []spend, now, leaseUntil int64) error {
@@ -265,16 +267,18 @@ func (s *Store) spendTokens(ctx context.Context, tx *sql.Tx, spent []spend, now,
 	return padded(len(spent), func(k, lo, hi int) error {
 		args = append(args[:0], now, leaseUntil)
 		for _, sp := range spent[lo:hi] {
-			args = append(args, sp.ID, sp.Tokens, sp.Probe)
+			args = append(args, sp.ID, sp.Tokens, sp.Probe, sp.Cursor)
 		}
-		_, err := s.exec(ctx, tx, spendTokensSQL[k], padNulls(args, k, hi-lo, 3)...)
+		_, err := s.exec(ctx, tx, spendTokensSQL[k], padNulls(args, k, hi-lo, 4)...)
 		return err
 	})
 }
 
-// spendTokensSQL writes buckets: parameters now, the lease's end, then id, tokens, probe of each.
-var spendTokensSQL = chunkSQL(3, func(values string) string {
+// spendTokensSQL writes buckets: parameters now, the lease's end, then id, tokens, probe, cursor of
+// each.
+var spendTokensSQL = chunkSQL(4, func(values string) string {
 	return `UPDATE limiter SET tokens = j.column2, refilled_at = max(limiter.refilled_at, t.now), last_claim_at = t.now,
+			cursor = max(limiter.cursor, j.column4),
 			circuit = CASE WHEN j.column3 THEN 'probing' ELSE limiter.circuit END,
 			circuit_until = CASE WHEN j.column3 THEN t.lease ELSE limiter.circuit_until END
 		FROM (SELECT ? AS now, ? AS lease) AS t, (` + values + `) AS j
@@ -359,6 +363,7 @@ func (s *Store) claimBatch(ctx context.Context, tx *sql.Tx, asks []claimAsk, now
 			for i, a := range missing {
 				takes[i] = fanoutTake{sub: a.c.id, ordinal: a.c.ordinal, cursor: a.c.cursor, n: int64(a.n - a.got)}
 			}
+			// The cursors move with the buckets (spendTokens).
 			got, err := s.fanoutRows(ctx, tx, takes, fanoutState{status: StatusLeased, token: token, leaseUntil: leaseUntil, now: now})
 			if err != nil {
 				return nil, err

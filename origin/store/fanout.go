@@ -120,8 +120,8 @@ type fanoutState struct {
 // allFanout is a fanoutTake.n for every delivery of the subscriber.
 const allFanout = 1 << 62
 
-// fanoutRows writes the rows of takes' deliveries in state st, moves each subscriber's cursor past
-// them, and returns them. The searches of one statement are bounded (fanoutChunk) by padding, and a
+// fanoutRows writes the rows of takes' deliveries in state st and returns them; the caller moves
+// each subscriber's cursor past them. The searches of one statement are bounded (fanoutChunk) by padding, and a
 // subscriber's searches (one per fanout it is in) always share a statement: its take is the n
 // oldest of their union, so every event up to its new cursor is taken.
 func (s *Store) fanoutRows(ctx context.Context, tx *sql.Tx, takes []fanoutTake, st fanoutState) ([]claimedRow, error) {
@@ -131,7 +131,7 @@ func (s *Store) fanoutRows(ctx context.Context, tx *sql.Tx, takes []fanoutTake, 
 	}
 	var out []claimedRow
 	var args []any
-	searches := 0
+	searches, several := 0, false
 	flush := func() error {
 		if searches == 0 {
 			return nil
@@ -143,7 +143,7 @@ func (s *Store) fanoutRows(ctx context.Context, tx *sql.Tx, takes []fanoutTake, 
 		for ; searches < width; searches++ {
 			args = append(args, nil, nil, 0, nil, 0, 0)
 		}
-		rows, err := s.query(ctx, tx, fanoutRowsSQL(width), append([]any{string(st.status), st.reason, st.lastError, st.token, st.leaseUntil, st.now}, args...)...)
+		rows, err := s.query(ctx, tx, fanoutRowsSQL(width, several), append([]any{string(st.status), st.reason, st.lastError, st.token, st.leaseUntil, st.now}, args...)...)
 		if err != nil {
 			return fmt.Errorf("fan out: %w", err)
 		}
@@ -155,7 +155,7 @@ func (s *Store) fanoutRows(ctx context.Context, tx *sql.Tx, takes []fanoutTake, 
 			}
 			out = append(out, r)
 		}
-		args, searches = args[:0], 0
+		args, searches, several = args[:0], 0, false
 		return rows.Err()
 	}
 	for _, t := range takes {
@@ -172,11 +172,9 @@ func (s *Store) fanoutRows(ctx context.Context, tx *sql.Tx, takes []fanoutTake, 
 			args = append(args, t.sub, t.ordinal, t.n, f, t.cursor, t.n)
 			searches++
 		}
+		several = several || len(fs) > 1
 	}
-	if err := flush(); err != nil {
-		return nil, err
-	}
-	return out, s.moveCursors(ctx, tx, out)
+	return out, flush()
 }
 
 // fanoutRowsOf writes up to n (allFanout: all) of one subscriber's deliveries that are not rows
@@ -192,6 +190,13 @@ func (s *Store) fanoutRowsOf(ctx context.Context, tx *sql.Tx, sub string, n int6
 	if err != nil || len(rows) == 0 {
 		return nil, err
 	}
+	var newest int64
+	for _, r := range rows {
+		newest = max(newest, r.eventSeq)
+	}
+	if _, err := s.exec(ctx, tx, `UPDATE limiter SET cursor = ? WHERE subscriber_id = ?`, newest, sub); err != nil {
+		return nil, err
+	}
 	c := countDeltas{}
 	c.move(sub, StatusPending, st.status, int64(len(rows)))
 	return rows, c.write(ctx, s, tx)
@@ -201,42 +206,31 @@ func (s *Store) fanoutRowsOf(ctx context.Context, tx *sql.Tx, sub string, n int6
 const fanoutChunk = 16
 
 // fanoutRowsSQL inserts the deliveries found by n searches, each (subscriber, ordinal, limit,
-// fanout, cursor, limit) the next events of one fanout past the cursor, and keeps the oldest limit
-// of each subscriber. The first six parameters are the rows' status, reason, last error, lease
-// token, lease expiry, and now. A row's due time, age and creation are its event's.
-func fanoutRowsSQL(n int) string {
+// fanout, cursor, limit) the next events of one fanout past the cursor. With several searches for
+// one subscriber (several), a window keeps the oldest limit of each. The first six parameters are
+// the rows' status, reason, last error, lease token, lease expiry, and now. A row's due time, age
+// and creation are its event's. The fanout and the limit are bound as (? + 0): deciding that the
+// partial index applies (fanout <> 0) compared the value bound to a bare fanout = ?, and a bare
+// LIMIT ? is read by the planner; either marks the statement to be compiled again at every run (a
+// third of a claim's CPU).
+func fanoutRowsSQL(n int, several bool) string {
 	search := `SELECT ? AS sub, ? AS ord, ? AS lim, seq AS eseq FROM (SELECT seq FROM events INDEXED BY events_fanout
-		WHERE fanout = ? AND fanout <> 0 AND seq > ? ORDER BY seq LIMIT (? + 0))`
+		WHERE fanout = (? + 0) AND fanout <> 0 AND seq > ? ORDER BY seq LIMIT (? + 0))`
 	searches := make([]string, n)
 	for i := range searches {
 		searches[i] = search
 	}
+	found := strings.Join(searches, " UNION ALL ")
+	if several {
+		found = `SELECT sub, ord, eseq FROM (SELECT sub, ord, lim, eseq, row_number() OVER (PARTITION BY sub ORDER BY eseq) AS rn
+			FROM (` + found + `)) WHERE rn <= lim`
+	}
 	return `INSERT INTO deliveries(seq, event_seq, subscriber_id, status, reason, last_error, next_attempt_at, age_from, lease_token,
 			lease_expires_at, created_at, updated_at)
 		SELECT (a.eseq << ` + fmt.Sprint(ordinalBits) + `) | a.ord, a.eseq, a.sub, ?1, ?2, ?3, e.created_at, e.created_at, ?4, ?5, e.created_at, ?6
-		FROM (SELECT sub, ord, lim, eseq, row_number() OVER (PARTITION BY sub ORDER BY eseq) AS rn FROM (` +
-		strings.Join(searches, " UNION ALL ") + `)) AS a JOIN events e ON e.seq = a.eseq
-		WHERE a.rn <= a.lim
+		FROM (` + found + `) AS a JOIN events e ON e.seq = a.eseq
 		RETURNING seq, event_seq, attempts, coalesce_key, age_from, subscriber_id`
 }
-
-// moveCursors sets each subscriber's cursor to the newest event of its rows.
-func (s *Store) moveCursors(ctx context.Context, tx *sql.Tx, rows []claimedRow) error {
-	newest := map[string]int64{}
-	for _, r := range rows {
-		newest[r.subID] = max(newest[r.subID], r.eventSeq)
-	}
-	list := make([]any, 0, 2*len(newest))
-	for sub, seq := range newest {
-		list = append(list, sub, seq)
-	}
-	return s.execPadded(ctx, tx, &moveCursorsSQL, nil, list, 2)
-}
-
-// moveCursorsSQL sets cursors (subscriber, event seq), skipping the padding.
-var moveCursorsSQL = chunkSQL(2, func(values string) string {
-	return `UPDATE limiter SET cursor = max(cursor, j.column2) FROM (` + values + `) AS j WHERE limiter.subscriber_id = j.column1`
-})
 
 // hasFanoutSQL tells whether the subscriber of ordinal ?1 has a delivery that is not a row yet,
 // past its cursor ?2.

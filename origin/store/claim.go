@@ -341,63 +341,124 @@ type claimAsk struct {
 	n, got int
 }
 
-// claimBatch leases, for every ask, up to n due deliveries of its subscriber: first attempts with a
-// row, then those of its fanouts, then retries for what is still missing. Up to claimChunk
-// subscribers share one statement per kind (each statement is prepared: see Store.exec), so a
-// claim runs a few statements, not one per subscriber.
+// claimBatch leases, for every ask, up to n due deliveries of its subscriber: first attempts, its
+// rows and its fanout deliveries oldest event first, then retries for what is still missing. Up
+// to claimChunk subscribers share one statement per kind (each statement is prepared: see
+// Store.exec), so a claim runs a few statements, not one per subscriber.
 func (s *Store) claimBatch(ctx context.Context, tx *sql.Tx, asks []claimAsk, now, leaseUntil int64, token string) ([]claimedRow, error) {
-	var out []claimedRow
 	bySub := make(map[string]*claimAsk, len(asks))
 	for i := range asks {
 		bySub[asks[i].c.id] = &asks[i]
 	}
-	for _, kind := range []string{"attempts = 0", fanoutKind, "attempts > 0"} {
-		var missing []*claimAsk
-		for i := range asks {
-			if asks[i].n > asks[i].got {
-				missing = append(missing, &asks[i])
-			}
+	out, err := s.claimFirsts(ctx, tx, asks, bySub, now, leaseUntil, token)
+	if err != nil {
+		return nil, err
+	}
+	var missing []*claimAsk
+	for i := range asks {
+		if asks[i].n > asks[i].got {
+			missing = append(missing, &asks[i])
 		}
-		if kind == fanoutKind && len(missing) > 0 {
-			takes := make([]fanoutTake, len(missing))
-			for i, a := range missing {
-				takes[i] = fanoutTake{sub: a.c.id, ordinal: a.c.ordinal, cursor: a.c.cursor, n: int64(a.n - a.got)}
-			}
-			// The cursors move with the buckets (spendTokens).
-			got, err := s.fanoutRows(ctx, tx, takes, fanoutState{status: StatusLeased, token: token, leaseUntil: leaseUntil, now: now})
-			if err != nil {
-				return nil, err
-			}
-			for _, r := range got {
-				a := bySub[r.subID]
-				a.got++
-				a.c.cursor = max(a.c.cursor, r.eventSeq) // as moved: a second pass goes on from there
-			}
-			out = append(out, got...)
-			continue
+	}
+	for len(missing) > 0 {
+		chunk := missing[:min(len(missing), claimChunk)]
+		missing = missing[len(chunk):]
+		args := []any{token, leaseUntil, now}
+		for _, a := range chunk {
+			args = append(args, a.c.id, now, a.n-a.got)
 		}
-		for len(missing) > 0 {
-			chunk := missing[:min(len(missing), claimChunk)]
-			missing = missing[len(chunk):]
-			args := []any{token, leaseUntil, now}
-			for _, a := range chunk {
-				args = append(args, a.c.id, now, a.n-a.got)
-			}
-			got, err := s.claimKind(ctx, tx, claimSQL(kind, len(chunk)), args)
-			if err != nil {
-				return nil, err
-			}
-			for _, r := range got {
-				bySub[r.subID].got++
-			}
-			out = append(out, got...)
+		got, err := s.claimKind(ctx, tx, claimRetriesSQL(len(chunk)), args)
+		if err != nil {
+			return nil, err
 		}
+		for _, r := range got {
+			bySub[r.subID].got++
+		}
+		out = append(out, got...)
 	}
 	return out, nil
 }
 
-// fanoutKind names the claim of deliveries that are not rows yet, between the two kinds of rows.
-const fanoutKind = "fanout"
+// claimFirsts leases first attempts for every ask. Most subscribers have no first-attempt rows
+// (only a coalesced delivery, or one held and resumed, is a row before its claim): their fanout
+// deliveries are taken at once. For one with rows, both kinds are looked at first, and the oldest
+// events of the two taken, so neither waits behind the other's newer ones.
+func (s *Store) claimFirsts(ctx context.Context, tx *sql.Tx, asks []claimAsk, bySub map[string]*claimAsk, now, leaseUntil int64, token string) ([]claimedRow, error) {
+	rows := map[string][]firstCandidate{}
+	for lo := 0; lo < len(asks); lo += claimChunk {
+		chunk := asks[lo:min(len(asks), lo+claimChunk)]
+		var args []any
+		for _, a := range chunk {
+			args = append(args, a.c.id, now, a.n)
+		}
+		q, err := s.query(ctx, tx, dueFirstsSQL(len(chunk)), args...)
+		if err != nil {
+			return nil, fmt.Errorf("claim: %w", err)
+		}
+		for q.Next() {
+			var sub string
+			var c firstCandidate
+			if err := q.Scan(&sub, &c.seq, &c.eventSeq); err != nil {
+				q.Close()
+				return nil, err
+			}
+			rows[sub] = append(rows[sub], c)
+		}
+		q.Close()
+		if err := q.Err(); err != nil {
+			return nil, err
+		}
+	}
+	takes := make([]fanoutTake, len(asks))
+	var mixed []fanoutTake
+	for i, a := range asks {
+		takes[i] = fanoutTake{sub: a.c.id, ordinal: a.c.ordinal, cursor: a.c.cursor, n: int64(a.n)}
+		if len(rows[a.c.id]) > 0 {
+			mixed = append(mixed, takes[i])
+		}
+	}
+	var seqs []int64
+	if len(mixed) > 0 {
+		fanned, err := s.fanoutSeqs(ctx, tx, mixed)
+		if err != nil {
+			return nil, err
+		}
+		for i := range takes {
+			if t := &takes[i]; len(rows[t.sub]) > 0 {
+				picked, fan, _ := oldestFirst(rows[t.sub], fanned[t.sub], t.n)
+				seqs, t.n = append(seqs, picked...), fan
+			}
+		}
+	}
+	var out []claimedRow
+	if len(seqs) > 0 {
+		list, _ := json.Marshal(seqs)
+		got, err := s.claimKind(ctx, tx, leaseRowsSQL, []any{token, leaseUntil, now, string(list)})
+		if err != nil {
+			return nil, err
+		}
+		out = got
+	}
+	// The cursors move with the buckets (spendTokens).
+	got, err := s.fanoutRows(ctx, tx, takes, fanoutState{status: StatusLeased, token: token, leaseUntil: leaseUntil, now: now})
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range got {
+		a := bySub[r.subID]
+		a.c.cursor = max(a.c.cursor, r.eventSeq) // as moved: a second pass goes on from there
+	}
+	out = append(out, got...)
+	for _, r := range out {
+		bySub[r.subID].got++
+	}
+	return out, nil
+}
+
+// leaseRowsSQL leases the pending rows of a JSON array of seqs: token, lease expiry, now, seqs.
+const leaseRowsSQL = `UPDATE deliveries SET status = 'leased', lease_token = ?1, lease_expires_at = ?2, updated_at = ?3
+	WHERE seq IN (SELECT value FROM json_each(?4)) AND status = 'pending'
+	RETURNING seq, event_seq, attempts, coalesce_key, age_from, subscriber_id`
 
 // claimChunk is the most subscribers one claim statement serves: it bounds the statement texts,
 // each prepared once.
@@ -421,27 +482,38 @@ func (s *Store) claimKind(ctx context.Context, tx *sql.Tx, q string, args []any)
 	return out, rows.Err()
 }
 
-// claimSQL leases due deliveries of one kind (first attempts or retries) for n subscribers: one
-// UPDATE whose target is a UNION ALL of one search per subscriber, each with its own LIMIT. The
-// searches repeat the partial index's condition literally, and name the index, so each stays on the
-// few due rows of its subscriber whatever the planner's statistics say. A limit is written (? + 0),
-// not ?: SQLite's planner reads the value bound to a bare LIMIT ? and marks the statement to be
-// compiled again whenever that parameter is bound anew, that is on every run (half of a claim's
-// CPU went to recompiling). Arguments: token, lease expiry, now, then subscriber id, now, limit for
-// each subscriber.
-func claimSQL(kind string, n int) string {
+// dueSearchesSQL is a UNION ALL of n searches of one kind of due rows ("attempts = 0": first
+// attempts, "attempts > 0": retries), each (subscriber id, now, limit), selecting cols. The
+// searches repeat the partial index's condition literally, and name the index, so each stays on
+// the few due rows of its subscriber whatever the planner's statistics say. A limit is written
+// (? + 0), not ?: SQLite's planner reads the value bound to a bare LIMIT ? and marks the statement
+// to be compiled again whenever that parameter is bound anew, that is on every run (half of a
+// claim's CPU went to recompiling).
+func dueSearchesSQL(kind string, n int, cols string) string {
 	index := "deliveries_due_first"
 	if kind != "attempts = 0" {
 		index = "deliveries_due_retry"
 	}
-	search := `SELECT seq FROM (SELECT seq FROM deliveries INDEXED BY ` + index + ` WHERE subscriber_id = ? AND status = 'pending' AND ` + kind + `
+	search := `SELECT ` + cols + ` FROM (SELECT ` + cols + ` FROM deliveries INDEXED BY ` + index + ` WHERE subscriber_id = ? AND status = 'pending' AND ` + kind + `
 		AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT (? + 0))`
 	searches := make([]string, n)
 	for i := range searches {
 		searches[i] = search
 	}
+	return strings.Join(searches, " UNION ALL ")
+}
+
+// dueFirstsSQL finds the due first-attempt rows of n subscribers (subscriber, seq, event seq).
+func dueFirstsSQL(n int) string {
+	return dueSearchesSQL("attempts = 0", n, "subscriber_id, seq, event_seq")
+}
+
+// claimRetriesSQL leases due retries for n subscribers: one UPDATE whose target is a UNION ALL of
+// one search per subscriber, each with its own LIMIT. Arguments: token, lease expiry, now, then
+// subscriber id, now, limit for each subscriber.
+func claimRetriesSQL(n int) string {
 	return `UPDATE deliveries SET status = 'leased', lease_token = ?, lease_expires_at = ?, updated_at = ?
-		WHERE seq IN (` + strings.Join(searches, " UNION ALL ") + `)
+		WHERE seq IN (` + dueSearchesSQL("attempts > 0", n, "seq") + `)
 		RETURNING seq, event_seq, attempts, coalesce_key, age_from, subscriber_id`
 }
 

@@ -79,7 +79,7 @@ func TestClaimServesMoreSubscribersThanOneStatement(t *testing.T) {
 			}
 		}
 		s.stmtMu.Lock()
-		prepared := s.stmts[claimSQL("attempts = 0", claimChunk)] != nil
+		prepared := s.stmts[dueFirstsSQL(claimChunk)] != nil
 		s.stmtMu.Unlock()
 		if !prepared {
 			t.Fatal("the claim statement was not prepared after its first use")
@@ -504,8 +504,8 @@ func TestDueQueriesUseIndexes(t *testing.T) {
 		args  []any
 		index string
 	}{
-		{claimSQL("attempts = 0", 2), []any{"t", 1, 1, "a", 1, 10, "b", 1, 10}, "deliveries_due_first"},
-		{claimSQL("attempts > 0", 2), []any{"t", 1, 1, "a", 1, 10, "b", 1, 10}, "deliveries_due_retry"},
+		{dueFirstsSQL(2), []any{"a", 1, 10, "b", 1, 10}, "deliveries_due_first"},
+		{claimRetriesSQL(2), []any{"t", 1, 1, "a", 1, 10, "b", 1, 10}, "deliveries_due_retry"},
 		{supersedeSQL, []any{1, `[["a","k"]]`}, "deliveries_coalesce"},
 		{`SELECT 1 FROM deliveries WHERE ` + expiredSQL, []any{1}, "deliveries_leased"},
 		{prunableSQL, []any{1}, "deliveries_status_settled"},

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -56,9 +57,11 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (DeliveryP
 	if f.Limit == 0 {
 		f.Limit = 100
 	}
-	var where []string
-	var args []any
+	var where, fanWhere []string
+	var args, fanArgs []any
 	add := func(cond string, arg any) { where, args = append(where, cond), append(args, arg) }
+	// Bounds of the walk over events that only the fanout query needs (see fanoutPageSQL).
+	addFan := func(cond string, arg any) { fanWhere, fanArgs = append(fanWhere, cond), append(fanArgs, arg) }
 	if f.Status != "" {
 		if !f.Status.valid() {
 			return DeliveryPage{}, fieldErrf("status", "%q is not a delivery status", f.Status)
@@ -79,6 +82,7 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (DeliveryP
 	}
 	if f.SubscriberID != "" {
 		add("d.subscriber_id = ?", f.SubscriberID)
+		addFan("d.event_seq > (SELECT cursor FROM limiter WHERE subscriber_id = ?)", f.SubscriberID)
 	}
 	if f.EventID != "" {
 		add("e.id = ?", f.EventID)
@@ -95,17 +99,29 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (DeliveryP
 			return DeliveryPage{}, fieldErrf("cursor", "%q is not a cursor from a previous page", f.Cursor)
 		}
 		add("d.seq < ?", c)
+		addFan("d.event_seq <= ?", c>>ordinalBits)
 	}
 	cond := ""
 	if len(where) > 0 {
 		cond = ` AND ` + strings.Join(where, " AND ")
 	}
-	list, err := s.listPage(ctx, rowsPageSQL+cond+` ORDER BY d.seq DESC LIMIT ?`, append(args, f.Limit+1))
+	// One read transaction: a claim committing between the two queries would move a delivery
+	// from the second to the first.
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return DeliveryPage{}, err
+	}
+	defer tx.Rollback()
+	list, err := s.listPage(ctx, tx, rowsPageSQL+cond+` ORDER BY d.seq DESC LIMIT ?`, append(slices.Clone(args), f.Limit+1))
 	if err != nil {
 		return DeliveryPage{}, err
 	}
 	if f.Status == "" || f.Status == StatusPending {
-		fanned, err := s.listPage(ctx, fanoutPageSQL+cond+fanoutPageOrder, append(args, f.Limit+1))
+		fanCond := cond
+		if len(fanWhere) > 0 {
+			fanCond += ` AND ` + strings.Join(fanWhere, " AND ")
+		}
+		fanned, err := s.listPage(ctx, tx, fanoutPageSQL+fanCond+fanoutPageOrder, append(append(args, fanArgs...), f.Limit+1))
 		if err != nil {
 			return DeliveryPage{}, err
 		}
@@ -128,9 +144,12 @@ const rowsPageSQL = `SELECT ` + deliveryColumns + ` FROM deliveries d JOIN event
 // fanoutPageSQL and fanoutPageOrder list the deliveries that are not rows yet, around the
 // caller's conditions: newest event first (the view's outer loop), then a partial sort of each
 // event's few deliveries, so a page reads only as far back as it shows. Every such delivery is past
-// its subscriber's cursor, so none is older than the oldest cursor.
+// its subscriber's cursor, and its subscriber has deliveries pending: the walk stops at the oldest
+// cursor of those (at the newest event when none has).
 const (
-	fanoutPageSQL   = `SELECT ` + deliveryColumns + ` FROM fanout_deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.event_seq > (SELECT coalesce(min(cursor), 0) FROM limiter)`
+	fanoutPageSQL = `SELECT ` + deliveryColumns + ` FROM fanout_deliveries d JOIN events e ON e.seq = d.event_seq
+		WHERE d.event_seq > coalesce((SELECT min(l.cursor) FROM limiter l JOIN queue_counts q ON q.subscriber_id = l.subscriber_id
+			AND q.status = 'pending' AND q.n > 0), (SELECT max(seq) FROM events), 0)`
 	fanoutPageOrder = ` ORDER BY d.event_seq DESC, d.seq DESC LIMIT ?`
 )
 
@@ -140,9 +159,9 @@ type listedDelivery struct {
 	seq int64
 }
 
-// listPage runs a listing query.
-func (s *Store) listPage(ctx context.Context, q string, args []any) ([]listedDelivery, error) {
-	rows, err := s.r.QueryContext(ctx, q, args...)
+// listPage runs a listing query in tx.
+func (s *Store) listPage(ctx context.Context, tx *sql.Tx, q string, args []any) ([]listedDelivery, error) {
+	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -185,9 +204,16 @@ func (s *Store) GetDelivery(ctx context.Context, id string) (*Delivery, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, _, err := s.scanDelivery(s.r.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.seq = ?`, seq))
+	// One read transaction: a claim committing between the reads would move the delivery from the
+	// second to the first.
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	d, _, err := s.scanDelivery(tx.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.seq = ?`, seq))
 	if errors.Is(err, sql.ErrNoRows) {
-		d, err = s.fanoutDelivery(ctx, s.r, seq)
+		d, err = s.fanoutDelivery(ctx, tx, seq)
 	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("delivery %q: %w", id, ErrNotFound)
@@ -195,7 +221,7 @@ func (s *Store) GetDelivery(ctx context.Context, id string) (*Delivery, error) {
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT at, number, status, latency_ms, outcome, error, excerpt FROM attempts WHERE delivery_seq = ? ORDER BY id`, seq)
+	rows, err := tx.QueryContext(ctx, `SELECT at, number, status, latency_ms, outcome, error, excerpt FROM attempts WHERE delivery_seq = ? ORDER BY id`, seq)
 	if err != nil {
 		return nil, err
 	}

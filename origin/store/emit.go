@@ -222,6 +222,12 @@ func (s *Store) commitGroup(group []*emitReq) {
 		overflow, err = s.trimBacklogs(ctx, tx, p.pending)
 		return err
 	})
+	if err == nil {
+		// Counted before the callers hear of the commit, so one that reads the counters then
+		// sees its own.
+		s.commits.Add(1)
+		s.counters.add(superseded, overflow)
+	}
 	for _, r := range group {
 		if err != nil {
 			r.results, r.err = nil, fmt.Errorf("emit: %w", err)
@@ -229,8 +235,6 @@ func (s *Store) commitGroup(group []*emitReq) {
 		close(r.done)
 	}
 	if err == nil {
-		s.commits.Add(1)
-		s.counters.add(superseded, overflow)
 		// Deliveries to paused subscribers cannot be claimed: waking the engine for them only put
 		// an empty claim transaction in the way of the next commit, once per commit.
 		if claimable > 0 {
@@ -457,22 +461,30 @@ func (p *groupPlan) write(ctx context.Context, tx *sql.Tx, now int64) error {
 	if err := p.countDuplicates(ctx, tx); err != nil {
 		return err
 	}
-	fanoutIDs := map[string]int64{}
+	ids := map[string]int64{}
+	newest := map[int64]int64{} // fanout id → its newest event in the group
 	for i := range p.events {
 		e := &p.events[i]
 		if len(e.Fanout) == 0 {
 			continue
 		}
 		key := fanoutKey(e.Fanout)
-		id, ok := fanoutIDs[key]
+		id, ok := ids[key]
 		if !ok {
 			var err error
 			if id, err = p.s.fanoutID(ctx, tx, key); err != nil {
 				return err
 			}
-			fanoutIDs[key] = id
+			ids[key] = id
 		}
-		e.fanoutID = id
+		e.fanoutID, newest[id] = id, e.Seq
+	}
+	marks := make([]any, 0, 2*len(newest))
+	for id, seq := range newest {
+		marks = append(marks, id, seq)
+	}
+	if err := p.s.execPadded(ctx, tx, &markFanoutsSQL, nil, marks, 2); err != nil {
+		return err
 	}
 	// The ids were checked free inside this write transaction, and the seqs are past every one
 	// handed out and every one stored: a conflict here is a bug, and fails the group.
@@ -625,10 +637,8 @@ const supersedeSQL = `UPDATE deliveries INDEXED BY deliveries_coalesce SET statu
 
 // pendingRowsSQL selects up to ?4 (-1: all) pending delivery rows of subscriber ?3 of one kind
 // (attempts > 0: retries, attempts = 0: first attempts), earliest due first as its due index orders
-// them without a sort (pending rows are in no other index by subscriber). A retry nearly always
-// belongs to an older event than a first attempt, and among first attempts earliest due is oldest
-// emitted. The limit is (?4 + 0) so the prepared statement is not compiled again at every run (see
-// claimSQL).
+// them without a sort (pending rows are in no other index by subscriber). The limit is (?4 + 0) so
+// the prepared statement is not compiled again at every run (see dueSearchesSQL).
 func pendingRowsSQL(kind string) string {
 	index := "deliveries_due_first"
 	if kind != "attempts = 0" {
@@ -673,38 +683,75 @@ func coalesceValue(raw json.RawMessage) string {
 
 // trimBacklogs dead-letters the oldest pending deliveries of every subscriber beyond the backlog
 // cap, given the pending count of each, and returns how many, so a subscriber that is down keeps
-// its newest events: retries first, then first attempts, those of its fanouts (all newer than its
-// rows but coalesced ones) before its coalesced rows.
+// its newest events: retries first (they are of older events than nearly any first attempt), then
+// first attempts, rows and fanout deliveries merged by event.
 func (s *Store) trimBacklogs(ctx context.Context, tx *sql.Tx, pending map[string]int64) (int64, error) {
 	var total int64
 	now := ms(s.Now())
 	for id, n := range pending {
 		excess := n - s.opts.BacklogCap
-		for _, kind := range []string{"attempts > 0", fanoutKind, "attempts = 0"} {
-			if excess <= 0 {
-				break
-			}
-			var dead int64
-			if kind == fanoutKind {
-				rows, err := s.fanoutRowsOf(ctx, tx, id, excess, fanoutState{status: StatusDead, reason: ReasonBacklogOverflow,
-					lastError: backlogCapError, now: now})
-				if err != nil {
-					return 0, err
-				}
-				dead = int64(len(rows))
-			} else {
-				r, err := s.exec(ctx, tx, `UPDATE deliveries SET status = 'dead', reason = ?1, last_error = ?5, updated_at = ?2
-					WHERE seq IN (`+pendingRowsSQL(kind)+`)`, ReasonBacklogOverflow, now, id, excess, backlogCapError)
-				if err != nil {
-					return 0, err
-				}
-				dead, _ = r.RowsAffected()
-			}
-			excess -= dead
-			total += dead
+		if excess <= 0 {
+			continue
 		}
+		r, err := s.exec(ctx, tx, `UPDATE deliveries SET status = 'dead', reason = ?1, last_error = ?5, updated_at = ?2
+			WHERE seq IN (`+pendingRowsSQL("attempts > 0")+`)`, ReasonBacklogOverflow, now, id, excess, backlogCapError)
+		if err != nil {
+			return 0, err
+		}
+		dead, _ := r.RowsAffected()
+		total, excess = total+dead, excess-dead
+		if excess <= 0 {
+			continue
+		}
+		firsts, err := s.firstCandidates(ctx, tx, pendingFirstsSQL, id, excess)
+		if err != nil {
+			return 0, err
+		}
+		t, err := s.fanoutTakeOf(ctx, tx, id, excess)
+		if err != nil {
+			return 0, err
+		}
+		fanned, err := s.fanoutSeqs(ctx, tx, []fanoutTake{t})
+		if err != nil {
+			return 0, err
+		}
+		seqs, fan, through := oldestFirst(firsts, fanned[id], excess)
+		list, _ := json.Marshal(seqs)
+		if _, err := s.exec(ctx, tx, `UPDATE deliveries SET status = 'dead', reason = ?1, last_error = ?3, updated_at = ?2
+			WHERE seq IN (SELECT value FROM json_each(?4)) AND status = 'pending'`, ReasonBacklogOverflow, now, backlogCapError, string(list)); err != nil {
+			return 0, err
+		}
+		t.n = fan
+		st := fanoutState{status: StatusDead, reason: ReasonBacklogOverflow, lastError: backlogCapError, now: now}
+		if err := s.settleFanout(ctx, tx, t, st, through); err != nil {
+			return 0, err
+		}
+		total += int64(len(seqs)) + fan
 	}
 	return total, nil
+}
+
+// pendingFirstsSQL selects up to ?2 pending first-attempt rows of subscriber ?1 (seq, event seq),
+// earliest due first.
+const pendingFirstsSQL = `SELECT seq, event_seq FROM deliveries INDEXED BY deliveries_due_first
+	WHERE subscriber_id = ?1 AND status = 'pending' AND attempts = 0 ORDER BY next_attempt_at LIMIT (?2 + 0)`
+
+// firstCandidates runs q, pendingFirstsSQL or one like it, for a subscriber.
+func (s *Store) firstCandidates(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]firstCandidate, error) {
+	rows, err := s.query(ctx, tx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []firstCandidate
+	for rows.Next() {
+		var c firstCandidate
+		if err := rows.Scan(&c.seq, &c.eventSeq); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
 }
 
 // backlogCapError is the last error of a delivery the backlog cap dead-lettered.

@@ -411,7 +411,15 @@ func (s *Store) setStateTx(ctx context.Context, tx *sql.Tx, id string, state Sta
 				return err
 			}
 		}
-		_, err = s.fanoutRowsOf(ctx, tx, id, allFanout, fanoutState{status: StatusHeld, reason: reason, now: now})
+		var t fanoutTake
+		if t, err = s.fanoutTakeOf(ctx, tx, id, allFanout); err != nil {
+			return err
+		}
+		var through int64
+		if err = tx.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM events`).Scan(&through); err != nil {
+			return err
+		}
+		err = s.settleFanout(ctx, tx, t, fanoutState{status: StatusHeld, reason: reason, now: now}, through)
 	case StateActive:
 		if _, err = tx.ExecContext(ctx, `UPDATE deliveries SET status = 'pending', reason = '', next_attempt_at = ?, updated_at = ?
 			WHERE subscriber_id = ? AND status = 'held' AND `+subSettledSQL, now, now, id); err != nil {

@@ -16,6 +16,11 @@
 ALTER TABLE subscribers ADD COLUMN ordinal INTEGER NOT NULL DEFAULT 0;
 UPDATE subscribers SET ordinal = (SELECT count(*) FROM subscribers o WHERE o.rowid < subscribers.rowid);
 CREATE UNIQUE INDEX subscribers_ordinal ON subscribers(ordinal);
+-- A binary of version 8 still running on the file gives its first new row the seq past the
+-- deliveries mark when the mark is above every stored seq: at 2^62 the mark keeps such rows above
+-- every seq of this scheme, instead of on the seq of a fanout delivery of the same event.
+UPDATE meta SET value = 4611686018427387904 WHERE key = 'deliveries_seq';
+
 -- next_ordinal is the ordinal the next subscriber created gets.
 INSERT INTO meta(key, value) VALUES ('next_ordinal', (SELECT count(*) FROM subscribers));
 
@@ -27,13 +32,16 @@ ALTER TABLE events ADD COLUMN fanout INTEGER NOT NULL DEFAULT 0; -- 0: none
 -- A claim finds a subscriber's next events through this index, one search per fanout it is in.
 CREATE INDEX events_fanout ON events(fanout, seq) WHERE fanout <> 0;
 
--- A fanout is written once, by the first emit that needs it, and never changes: ordinals is the
--- JSON array of its subscribers' ordinals, ascending. Ordinals, not ids: a subscriber deleted and
--- created again under its id is a new subscriber, in none of the old fanouts.
+-- A fanout is written once, by the first emit that needs it, and its subscribers never change:
+-- ordinals is the JSON array of their ordinals, ascending. Ordinals, not ids: a subscriber deleted
+-- and created again under its id is a new subscriber, in none of the old fanouts. last_seq is its
+-- newest event: a claim searches only the fanouts with events past the subscriber's cursor.
 CREATE TABLE fanouts (
   id       INTEGER PRIMARY KEY,
-  ordinals TEXT NOT NULL UNIQUE
+  ordinals TEXT NOT NULL UNIQUE,
+  last_seq INTEGER NOT NULL DEFAULT 0
 );
+CREATE INDEX fanouts_last ON fanouts(last_seq);
 CREATE TABLE fanout_members (
   fanout  INTEGER NOT NULL REFERENCES fanouts(id),
   ordinal INTEGER NOT NULL,

@@ -511,7 +511,7 @@ func TestDueQueriesUseIndexes(t *testing.T) {
 		{prunableSQL, []any{1}, "deliveries_status_settled"},
 		{pendingRowsSQL("attempts = 0"), []any{1, 1, "a", 10}, "deliveries_due_first"},
 		{pendingRowsSQL("attempts > 0"), []any{1, 1, "a", 10}, "deliveries_due_retry"},
-		{`SELECT ` + hasFanoutSQL, []any{1, 0}, "events_fanout"},
+		{`SELECT ` + hasFanoutSQL, []any{1, 0}, "fanout_members_ordinal"},
 		{`SELECT 1 FROM deliveries WHERE ` + diedBetweenSQL, []any{1, "a", 1, 2}, "deliveries_sub_settled"},
 	} {
 		rows, err := s.r.Query(`EXPLAIN QUERY PLAN `+tc.query, tc.args...)

@@ -348,11 +348,11 @@ func oldestFirst(rows []firstCandidate, fanned []int64, n int64) (seqs []int64, 
 }
 
 // hasFanoutSQL tells whether the subscriber of ordinal ?1 has a delivery that is not a row yet,
-// past its cursor ?2.
-const hasFanoutSQL = `EXISTS (SELECT 1 FROM fanout_members m JOIN events e INDEXED BY events_fanout ON e.fanout = m.fanout AND e.fanout <> 0 AND e.seq > ?2
-	WHERE m.ordinal = ?1)`
+// past its cursor ?2: one of its fanouts has an event past it.
+const hasFanoutSQL = `EXISTS (SELECT 1 FROM fanout_members m JOIN fanouts f ON f.id = m.fanout AND f.last_seq > ?2 WHERE m.ordinal = ?1)`
 
 // fanoutOldestSQL is the creation time of the oldest event past the cursor (l.cursor) of the
-// subscriber s, 0 if none: one index seek per fanout it is in.
+// subscriber s, 0 if none: one index seek per fanout it is in with events past it.
 const fanoutOldestSQL = `coalesce((SELECT e.created_at FROM events e WHERE e.seq = (SELECT min((SELECT min(seq) FROM events INDEXED BY events_fanout
-	WHERE fanout = m.fanout AND fanout <> 0 AND seq > l.cursor)) FROM fanout_members m WHERE m.ordinal = s.ordinal)), 0)`
+	WHERE fanout = m.fanout AND fanout <> 0 AND seq > l.cursor)) FROM fanout_members m JOIN fanouts f ON f.id = m.fanout AND f.last_seq > l.cursor
+	WHERE m.ordinal = s.ordinal)), 0)`

@@ -45,6 +45,8 @@ type ClaimResult struct {
 // candidate is a subscriber that may be claimed for, with its budget.
 type candidate struct {
 	id        string
+	ordinal   int64
+	cursor    int64 // limiter.cursor (fanout.go)
 	budget    int
 	tokens    float64
 	rate      float64
@@ -77,10 +79,12 @@ func (c *candidate) held(res *ClaimResult) {
 //   - A subscriber's take is bounded by its token bucket (lazily refilled at rate, clamped at
 //     burst, spent here so every process shares it), its in-flight cap, a Retry-After pause, and
 //     the circuit breaker (open: nothing; cool-down over: one probe).
-//   - First attempts are taken before retries.
+//   - First attempts are taken before retries: those with a row (coalesced) first, then those of
+//     the subscriber's fanouts, which become rows here (fanout.go).
 //
 // Each subscriber's rows are taken with one UPDATE … WHERE seq IN (SELECT … LIMIT n) RETURNING
-// statement stamping a random lease token and the expiry; Settle checks that token.
+// statement stamping a random lease token and the expiry, and its fanout deliveries inserted so
+// leased; Settle checks that token.
 func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 	c, err := s.newClaim(p)
 	if err != nil {
@@ -175,7 +179,7 @@ func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, cl claimPlan, moves cou
 	for _, c := range cands {
 		if c.taken == 0 {
 			if c.budget == 0 && (c.byTokens || !res.Waiting) {
-				due, err := s.hasDue(ctx, tx, c.id, cl.now)
+				due, err := s.hasDue(ctx, tx, c, cl.now)
 				if err != nil {
 					return res, err
 				}
@@ -188,7 +192,7 @@ func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, cl claimPlan, moves cou
 		if !c.exhausted && c.taken == c.budget {
 			c.held(&res) // limited, maybe more due
 		}
-		spent = append(spent, spend{ID: c.id, Tokens: c.tokens - float64(c.taken), Probe: c.probe})
+		spent = append(spent, spend{ID: c.id, Tokens: c.tokens - float64(c.taken), Probe: c.probe, Cursor: c.cursor})
 	}
 	for _, r := range rows {
 		moves.move(r.subID, StatusPending, StatusLeased, 1)
@@ -245,15 +249,17 @@ func (s *Store) rescueExpired(ctx context.Context, tx *sql.Tx, now int64) error 
 // repeats for the planner).
 const expiredSQL = `status = 'leased' AND lease_expires_at <= ?1`
 
-// spend is a subscriber's bucket after a claim took from it.
+// spend is a subscriber's bucket and cursor after a claim took from it.
 type spend struct {
 	ID     string
 	Tokens float64
-	Probe  bool // the claim took the circuit's probe
+	Probe  bool  // the claim took the circuit's probe
+	Cursor int64 // past the fanout deliveries it took
 }
 
-// spendTokens writes the buckets of the subscribers a claim took from, in one statement: the
-// refill is accounted up to now, a probe marks the circuit as probing until the lease ends.
+// spendTokens writes the buckets and cursors of the subscribers a claim took from, in one
+// statement: the refill is accounted up to now, a probe marks the circuit as probing until the
+// lease ends.
 // refilled_at never goes back: a process whose clock reading is older than another's last claim
 // (it read the clock, then waited for the write lock) must not be credited that time twice.
 func (s *Store) spendTokens(ctx context.Context, tx *sql.Tx, spent []spend, now, leaseUntil int64) error {
@@ -261,16 +267,18 @@ func (s *Store) spendTokens(ctx context.Context, tx *sql.Tx, spent []spend, now,
 	return padded(len(spent), func(k, lo, hi int) error {
 		args = append(args[:0], now, leaseUntil)
 		for _, sp := range spent[lo:hi] {
-			args = append(args, sp.ID, sp.Tokens, sp.Probe)
+			args = append(args, sp.ID, sp.Tokens, sp.Probe, sp.Cursor)
 		}
-		_, err := s.exec(ctx, tx, spendTokensSQL[k], padNulls(args, k, hi-lo, 3)...)
+		_, err := s.exec(ctx, tx, spendTokensSQL[k], padNulls(args, k, hi-lo, 4)...)
 		return err
 	})
 }
 
-// spendTokensSQL writes buckets: parameters now, the lease's end, then id, tokens, probe of each.
-var spendTokensSQL = chunkSQL(3, func(values string) string {
+// spendTokensSQL writes buckets: parameters now, the lease's end, then id, tokens, probe, cursor of
+// each.
+var spendTokensSQL = chunkSQL(4, func(values string) string {
 	return `UPDATE limiter SET tokens = j.column2, refilled_at = max(limiter.refilled_at, t.now), last_claim_at = t.now,
+			cursor = max(limiter.cursor, j.column4),
 			circuit = CASE WHEN j.column3 THEN 'probing' ELSE limiter.circuit END,
 			circuit_until = CASE WHEN j.column3 THEN t.lease ELSE limiter.circuit_until END
 		FROM (SELECT ? AS now, ? AS lease) AS t, (` + values + `) AS j
@@ -281,7 +289,7 @@ var spendTokensSQL = chunkSQL(3, func(values string) string {
 // round-robin order, with their budgets. moves are count changes not yet in queue_counts: none into
 // pending, and those out of leased lower the in-flight counts.
 func (s *Store) claimCandidates(ctx context.Context, tx *sql.Tx, now int64, moves countDeltas) ([]*candidate, error) {
-	rows, err := s.query(ctx, tx, `SELECT s.id, s.rate_per_sec, s.burst, s.max_in_flight, l.tokens, l.refilled_at, l.circuit,
+	rows, err := s.query(ctx, tx, `SELECT s.id, s.ordinal, l.cursor, s.rate_per_sec, s.burst, s.max_in_flight, l.tokens, l.refilled_at, l.circuit,
 			coalesce((SELECT n FROM queue_counts q WHERE q.subscriber_id = s.id AND q.status = 'leased'), 0)
 		FROM subscribers s JOIN limiter l ON l.subscriber_id = s.id
 		WHERE s.state = 'active' AND l.paused_until <= ?1
@@ -300,7 +308,7 @@ func (s *Store) claimCandidates(ctx context.Context, tx *sql.Tx, now int64, move
 			refilledAt, leased int64
 			circuit            string
 		)
-		if err := rows.Scan(&c.id, &c.rate, &burst, &maxInFlight, &c.tokens, &refilledAt, &circuit, &leased); err != nil {
+		if err := rows.Scan(&c.id, &c.ordinal, &c.cursor, &c.rate, &burst, &maxInFlight, &c.tokens, &refilledAt, &circuit, &leased); err != nil {
 			return nil, err
 		}
 		leased += moves[[2]string{c.id, string(StatusLeased)}]
@@ -333,42 +341,124 @@ type claimAsk struct {
 	n, got int
 }
 
-// claimBatch leases, for every ask, up to n due deliveries of its subscriber: first attempts, then
-// retries for what is still missing. Up to claimChunk subscribers share one statement per kind
-// (each statement is prepared: see Store.exec), so a claim runs a few statements, not one per
-// subscriber.
+// claimBatch leases, for every ask, up to n due deliveries of its subscriber: first attempts, its
+// rows and its fanout deliveries oldest event first, then retries for what is still missing. Up
+// to claimChunk subscribers share one statement per kind (each statement is prepared: see
+// Store.exec), so a claim runs a few statements, not one per subscriber.
 func (s *Store) claimBatch(ctx context.Context, tx *sql.Tx, asks []claimAsk, now, leaseUntil int64, token string) ([]claimedRow, error) {
-	var out []claimedRow
 	bySub := make(map[string]*claimAsk, len(asks))
 	for i := range asks {
 		bySub[asks[i].c.id] = &asks[i]
 	}
-	for _, kind := range []string{"attempts = 0", "attempts > 0"} {
-		var missing []*claimAsk
-		for i := range asks {
-			if asks[i].n > asks[i].got {
-				missing = append(missing, &asks[i])
-			}
+	out, err := s.claimFirsts(ctx, tx, asks, bySub, now, leaseUntil, token)
+	if err != nil {
+		return nil, err
+	}
+	var missing []*claimAsk
+	for i := range asks {
+		if asks[i].n > asks[i].got {
+			missing = append(missing, &asks[i])
 		}
-		for len(missing) > 0 {
-			chunk := missing[:min(len(missing), claimChunk)]
-			missing = missing[len(chunk):]
-			args := []any{token, leaseUntil, now}
-			for _, a := range chunk {
-				args = append(args, a.c.id, now, a.n-a.got)
-			}
-			got, err := s.claimKind(ctx, tx, claimSQL(kind, len(chunk)), args)
-			if err != nil {
-				return nil, err
-			}
-			for _, r := range got {
-				bySub[r.subID].got++
-			}
-			out = append(out, got...)
+	}
+	for len(missing) > 0 {
+		chunk := missing[:min(len(missing), claimChunk)]
+		missing = missing[len(chunk):]
+		args := []any{token, leaseUntil, now}
+		for _, a := range chunk {
+			args = append(args, a.c.id, now, a.n-a.got)
 		}
+		got, err := s.claimKind(ctx, tx, claimRetriesSQL(len(chunk)), args)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range got {
+			bySub[r.subID].got++
+		}
+		out = append(out, got...)
 	}
 	return out, nil
 }
+
+// claimFirsts leases first attempts for every ask. Most subscribers have no first-attempt rows
+// (only a coalesced delivery, or one held and resumed, is a row before its claim): their fanout
+// deliveries are taken at once. For one with rows, both kinds are looked at first, and the oldest
+// events of the two taken, so neither waits behind the other's newer ones.
+func (s *Store) claimFirsts(ctx context.Context, tx *sql.Tx, asks []claimAsk, bySub map[string]*claimAsk, now, leaseUntil int64, token string) ([]claimedRow, error) {
+	rows := map[string][]firstCandidate{}
+	for lo := 0; lo < len(asks); lo += claimChunk {
+		chunk := asks[lo:min(len(asks), lo+claimChunk)]
+		var args []any
+		for _, a := range chunk {
+			args = append(args, a.c.id, now, a.n)
+		}
+		q, err := s.query(ctx, tx, dueFirstsSQL(len(chunk)), args...)
+		if err != nil {
+			return nil, fmt.Errorf("claim: %w", err)
+		}
+		for q.Next() {
+			var sub string
+			var c firstCandidate
+			if err := q.Scan(&sub, &c.seq, &c.eventSeq); err != nil {
+				q.Close()
+				return nil, err
+			}
+			rows[sub] = append(rows[sub], c)
+		}
+		q.Close()
+		if err := q.Err(); err != nil {
+			return nil, err
+		}
+	}
+	takes := make([]fanoutTake, len(asks))
+	var mixed []fanoutTake
+	for i, a := range asks {
+		takes[i] = fanoutTake{sub: a.c.id, ordinal: a.c.ordinal, cursor: a.c.cursor, n: int64(a.n)}
+		if len(rows[a.c.id]) > 0 {
+			mixed = append(mixed, takes[i])
+		}
+	}
+	var seqs []int64
+	if len(mixed) > 0 {
+		fanned, err := s.fanoutSeqs(ctx, tx, mixed)
+		if err != nil {
+			return nil, err
+		}
+		for i := range takes {
+			if t := &takes[i]; len(rows[t.sub]) > 0 {
+				picked, fan, _ := oldestFirst(rows[t.sub], fanned[t.sub], t.n)
+				seqs, t.n = append(seqs, picked...), fan
+			}
+		}
+	}
+	var out []claimedRow
+	if len(seqs) > 0 {
+		list, _ := json.Marshal(seqs)
+		got, err := s.claimKind(ctx, tx, leaseRowsSQL, []any{token, leaseUntil, now, string(list)})
+		if err != nil {
+			return nil, err
+		}
+		out = got
+	}
+	// The cursors move with the buckets (spendTokens).
+	got, err := s.fanoutRows(ctx, tx, takes, fanoutState{status: StatusLeased, token: token, leaseUntil: leaseUntil, now: now})
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range got {
+		a := bySub[r.subID]
+		a.c.cursor = max(a.c.cursor, r.eventSeq) // as moved: a second pass goes on from there
+	}
+	out = append(out, got...)
+	for _, r := range out {
+		bySub[r.subID].got++
+	}
+	return out, nil
+}
+
+// leaseRowsSQL leases the pending rows of a JSON array of seqs: token, lease expiry, now, seqs.
+const leaseRowsSQL = `UPDATE deliveries SET status = 'leased', lease_token = ?1, lease_expires_at = ?2, updated_at = ?3
+	WHERE seq IN (SELECT value FROM json_each(?4)) AND status = 'pending'
+	RETURNING seq, event_seq, attempts, coalesce_key, age_from, subscriber_id`
 
 // claimChunk is the most subscribers one claim statement serves: it bounds the statement texts,
 // each prepared once.
@@ -392,35 +482,49 @@ func (s *Store) claimKind(ctx context.Context, tx *sql.Tx, q string, args []any)
 	return out, rows.Err()
 }
 
-// claimSQL leases due deliveries of one kind (first attempts or retries) for n subscribers: one
-// UPDATE whose target is a UNION ALL of one search per subscriber, each with its own LIMIT. The
-// searches repeat the partial index's condition literally, and name the index, so each stays on the
-// few due rows of its subscriber whatever the planner's statistics say. A limit is written (? + 0),
-// not ?: SQLite's planner reads the value bound to a bare LIMIT ? and marks the statement to be
-// compiled again whenever that parameter is bound anew, that is on every run (half of a claim's
-// CPU went to recompiling). Arguments: token, lease expiry, now, then subscriber id, now, limit for
-// each subscriber.
-func claimSQL(kind string, n int) string {
+// dueSearchesSQL is a UNION ALL of n searches of one kind of due rows ("attempts = 0": first
+// attempts, "attempts > 0": retries), each (subscriber id, now, limit), selecting cols. The
+// searches repeat the partial index's condition literally, and name the index, so each stays on
+// the few due rows of its subscriber whatever the planner's statistics say. A limit is written
+// (? + 0), not ?: SQLite's planner reads the value bound to a bare LIMIT ? and marks the statement
+// to be compiled again whenever that parameter is bound anew, that is on every run (half of a
+// claim's CPU went to recompiling).
+func dueSearchesSQL(kind string, n int, cols string) string {
 	index := "deliveries_due_first"
 	if kind != "attempts = 0" {
 		index = "deliveries_due_retry"
 	}
-	search := `SELECT seq FROM (SELECT seq FROM deliveries INDEXED BY ` + index + ` WHERE subscriber_id = ? AND status = 'pending' AND ` + kind + `
+	search := `SELECT ` + cols + ` FROM (SELECT ` + cols + ` FROM deliveries INDEXED BY ` + index + ` WHERE subscriber_id = ? AND status = 'pending' AND ` + kind + `
 		AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT (? + 0))`
 	searches := make([]string, n)
 	for i := range searches {
 		searches[i] = search
 	}
+	return strings.Join(searches, " UNION ALL ")
+}
+
+// dueFirstsSQL finds the due first-attempt rows of n subscribers (subscriber, seq, event seq).
+func dueFirstsSQL(n int) string {
+	return dueSearchesSQL("attempts = 0", n, "subscriber_id, seq, event_seq")
+}
+
+// claimRetriesSQL leases due retries for n subscribers: one UPDATE whose target is a UNION ALL of
+// one search per subscriber, each with its own LIMIT. Arguments: token, lease expiry, now, then
+// subscriber id, now, limit for each subscriber.
+func claimRetriesSQL(n int) string {
 	return `UPDATE deliveries SET status = 'leased', lease_token = ?, lease_expires_at = ?, updated_at = ?
-		WHERE seq IN (` + strings.Join(searches, " UNION ALL ") + `)
+		WHERE seq IN (` + dueSearchesSQL("attempts > 0", n, "seq") + `)
 		RETURNING seq, event_seq, attempts, coalesce_key, age_from, subscriber_id`
 }
 
-// hasDue reports whether a subscriber has a pending delivery due at now.
-func (s *Store) hasDue(ctx context.Context, tx *sql.Tx, subID string, now int64) (bool, error) {
+// hasDue reports whether a subscriber has a pending delivery due at now: a fanout delivery is due
+// from its emit on.
+func (s *Store) hasDue(ctx context.Context, tx *sql.Tx, c *candidate, now int64) (bool, error) {
 	var due bool
-	err := s.queryRow(ctx, tx, `SELECT EXISTS (SELECT 1 FROM deliveries INDEXED BY deliveries_due_first WHERE subscriber_id = ?1 AND status = 'pending' AND attempts = 0 AND next_attempt_at <= ?2)
-		OR EXISTS (SELECT 1 FROM deliveries INDEXED BY deliveries_due_retry WHERE subscriber_id = ?1 AND status = 'pending' AND attempts > 0 AND next_attempt_at <= ?2)`, subID, now).Scan(&due)
+	err := s.queryRow(ctx, tx, `SELECT `+hasFanoutSQL+`
+		OR EXISTS (SELECT 1 FROM deliveries INDEXED BY deliveries_due_first WHERE subscriber_id = ?3 AND status = 'pending' AND attempts = 0 AND next_attempt_at <= ?4)
+		OR EXISTS (SELECT 1 FROM deliveries INDEXED BY deliveries_due_retry WHERE subscriber_id = ?3 AND status = 'pending' AND attempts > 0 AND next_attempt_at <= ?4)`,
+		c.ordinal, c.cursor, c.id, now).Scan(&due)
 	return due, err
 }
 

@@ -79,7 +79,7 @@ func TestClaimServesMoreSubscribersThanOneStatement(t *testing.T) {
 			}
 		}
 		s.stmtMu.Lock()
-		prepared := s.stmts[claimSQL("attempts = 0", claimChunk)] != nil
+		prepared := s.stmts[dueFirstsSQL(claimChunk)] != nil
 		s.stmtMu.Unlock()
 		if !prepared {
 			t.Fatal("the claim statement was not prepared after its first use")
@@ -504,13 +504,14 @@ func TestDueQueriesUseIndexes(t *testing.T) {
 		args  []any
 		index string
 	}{
-		{claimSQL("attempts = 0", 2), []any{"t", 1, 1, "a", 1, 10, "b", 1, 10}, "deliveries_due_first"},
-		{claimSQL("attempts > 0", 2), []any{"t", 1, 1, "a", 1, 10, "b", 1, 10}, "deliveries_due_retry"},
+		{dueFirstsSQL(2), []any{"a", 1, 10, "b", 1, 10}, "deliveries_due_first"},
+		{claimRetriesSQL(2), []any{"t", 1, 1, "a", 1, 10, "b", 1, 10}, "deliveries_due_retry"},
 		{supersedeSQL, []any{1, `[["a","k"]]`}, "deliveries_coalesce"},
 		{`SELECT 1 FROM deliveries WHERE ` + expiredSQL, []any{1}, "deliveries_leased"},
 		{prunableSQL, []any{1}, "deliveries_status_settled"},
-		{pendingOfSQL, []any{1, 1, "a", 10}, "deliveries_due_first"},
-		{pendingOfSQL, []any{1, 1, "a", 10}, "deliveries_due_retry"},
+		{pendingRowsSQL("attempts = 0"), []any{1, 1, "a", 10}, "deliveries_due_first"},
+		{pendingRowsSQL("attempts > 0"), []any{1, 1, "a", 10}, "deliveries_due_retry"},
+		{`SELECT ` + hasFanoutSQL, []any{1, 0}, "fanout_members_ordinal"},
 		{`SELECT 1 FROM deliveries WHERE ` + diedBetweenSQL, []any{1, "a", 1, 2}, "deliveries_sub_settled"},
 	} {
 		rows, err := s.r.Query(`EXPLAIN QUERY PLAN `+tc.query, tc.args...)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -56,9 +57,11 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (DeliveryP
 	if f.Limit == 0 {
 		f.Limit = 100
 	}
-	var where []string
-	var args []any
+	var where, fanWhere []string
+	var args, fanArgs []any
 	add := func(cond string, arg any) { where, args = append(where, cond), append(args, arg) }
+	// Bounds of the walk over events that only the fanout query needs (see fanoutPageSQL).
+	addFan := func(cond string, arg any) { fanWhere, fanArgs = append(fanWhere, cond), append(fanArgs, arg) }
 	if f.Status != "" {
 		if !f.Status.valid() {
 			return DeliveryPage{}, fieldErrf("status", "%q is not a delivery status", f.Status)
@@ -79,6 +82,7 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (DeliveryP
 	}
 	if f.SubscriberID != "" {
 		add("d.subscriber_id = ?", f.SubscriberID)
+		addFan("d.event_seq > (SELECT cursor FROM limiter WHERE subscriber_id = ?)", f.SubscriberID)
 	}
 	if f.EventID != "" {
 		add("e.id = ?", f.EventID)
@@ -95,30 +99,95 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (DeliveryP
 			return DeliveryPage{}, fieldErrf("cursor", "%q is not a cursor from a previous page", f.Cursor)
 		}
 		add("d.seq < ?", c)
+		addFan("d.event_seq <= ?", c>>ordinalBits)
 	}
-	q := `SELECT ` + deliveryColumns + ` FROM deliveries d JOIN events e ON e.seq = d.event_seq`
+	cond := ""
 	if len(where) > 0 {
-		q += ` WHERE ` + strings.Join(where, " AND ")
+		cond = ` AND ` + strings.Join(where, " AND ")
 	}
-	rows, err := s.r.QueryContext(ctx, q+` ORDER BY d.seq DESC LIMIT ?`, append(args, f.Limit+1)...)
+	// One read transaction: a claim committing between the two queries would move a delivery
+	// from the second to the first.
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return DeliveryPage{}, err
 	}
-	defer rows.Close()
-	var page DeliveryPage
-	var last int64
-	for rows.Next() {
-		d, seq, err := s.scanDelivery(rows)
+	defer tx.Rollback()
+	list, err := s.listPage(ctx, tx, rowsPageSQL+cond+` ORDER BY d.seq DESC LIMIT ?`, append(slices.Clone(args), f.Limit+1))
+	if err != nil {
+		return DeliveryPage{}, err
+	}
+	if f.Status == "" || f.Status == StatusPending {
+		fanCond := cond
+		if len(fanWhere) > 0 {
+			fanCond += ` AND ` + strings.Join(fanWhere, " AND ")
+		}
+		fanned, err := s.listPage(ctx, tx, fanoutPageSQL+fanCond+fanoutPageOrder, append(append(args, fanArgs...), f.Limit+1))
 		if err != nil {
 			return DeliveryPage{}, err
 		}
-		if len(page.Deliveries) == f.Limit {
-			page.NextCursor = strconv.FormatInt(last, 10)
+		list = mergeNewestFirst(list, fanned)
+	}
+	var page DeliveryPage
+	for i, d := range list {
+		if i == f.Limit {
+			page.NextCursor = strconv.FormatInt(list[i-1].seq, 10)
 			break
 		}
-		page.Deliveries, last = append(page.Deliveries, d), seq
+		page.Deliveries = append(page.Deliveries, d.Delivery)
 	}
-	return page, rows.Err()
+	return page, nil
+}
+
+// rowsPageSQL lists delivery rows; the caller adds conditions (AND …), the order and the limit.
+const rowsPageSQL = `SELECT ` + deliveryColumns + ` FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE 1`
+
+// fanoutPageSQL and fanoutPageOrder list the deliveries that are not rows yet, around the
+// caller's conditions: newest event first (the view's outer loop), then a partial sort of each
+// event's few deliveries, so a page reads only as far back as it shows. Every such delivery is past
+// its subscriber's cursor, and its subscriber has deliveries pending: the walk stops at the oldest
+// cursor of those (at the newest event when none has).
+const (
+	fanoutPageSQL = `SELECT ` + deliveryColumns + ` FROM fanout_deliveries d JOIN events e ON e.seq = d.event_seq
+		WHERE d.event_seq > coalesce((SELECT min(l.cursor) FROM limiter l JOIN queue_counts q ON q.subscriber_id = l.subscriber_id
+			AND q.status = 'pending' AND q.n > 0), (SELECT max(seq) FROM events), 0)`
+	fanoutPageOrder = ` ORDER BY d.event_seq DESC, d.seq DESC LIMIT ?`
+)
+
+// listedDelivery is a delivery read for a page, with its seq.
+type listedDelivery struct {
+	Delivery
+	seq int64
+}
+
+// listPage runs a listing query in tx.
+func (s *Store) listPage(ctx context.Context, tx *sql.Tx, q string, args []any) ([]listedDelivery, error) {
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []listedDelivery
+	for rows.Next() {
+		d, seq, err := s.scanDelivery(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, listedDelivery{d, seq})
+	}
+	return out, rows.Err()
+}
+
+// mergeNewestFirst merges two lists ordered by seq, newest first.
+func mergeNewestFirst(a, b []listedDelivery) []listedDelivery {
+	out := make([]listedDelivery, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		if a[0].seq > b[0].seq {
+			out, a = append(out, a[0]), a[1:]
+		} else {
+			out, b = append(out, b[0]), b[1:]
+		}
+	}
+	return append(append(out, a...), b...)
 }
 
 func (st Status) valid() bool {
@@ -135,14 +204,24 @@ func (s *Store) GetDelivery(ctx context.Context, id string) (*Delivery, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, _, err := s.scanDelivery(s.r.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.seq = ?`, seq))
+	// One read transaction: a claim committing between the reads would move the delivery from the
+	// second to the first.
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	d, _, err := s.scanDelivery(tx.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.seq = ?`, seq))
+	if errors.Is(err, sql.ErrNoRows) {
+		d, err = s.fanoutDelivery(ctx, tx, seq)
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("delivery %q: %w", id, ErrNotFound)
 	}
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT at, number, status, latency_ms, outcome, error, excerpt FROM attempts WHERE delivery_seq = ? ORDER BY id`, seq)
+	rows, err := tx.QueryContext(ctx, `SELECT at, number, status, latency_ms, outcome, error, excerpt FROM attempts WHERE delivery_seq = ? ORDER BY id`, seq)
 	if err != nil {
 		return nil, err
 	}
@@ -157,6 +236,15 @@ func (s *Store) GetDelivery(ctx context.Context, id string) (*Delivery, error) {
 		d.AttemptLog = append(d.AttemptLog, a)
 	}
 	return &d, rows.Err()
+}
+
+// fanoutDelivery reads the delivery of seq that is not a row yet, or sql.ErrNoRows.
+func (s *Store) fanoutDelivery(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, seq int64) (Delivery, error) {
+	d, _, err := s.scanDelivery(q.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM fanout_deliveries d JOIN events e ON e.seq = d.event_seq
+		WHERE d.event_seq = ? AND d.seq = ?`, seq>>ordinalBits, seq))
+	return d, err
 }
 
 // GetEvent returns a stored event with its body.
@@ -186,6 +274,11 @@ func (s *Store) RetryDelivery(ctx context.Context, id string, now time.Time) (*D
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		var status string
 		err := tx.QueryRowContext(ctx, `SELECT status FROM deliveries WHERE seq = ?`, seq).Scan(&status)
+		if errors.Is(err, sql.ErrNoRows) {
+			var d Delivery
+			d, err = s.fanoutDelivery(ctx, tx, seq)
+			status = string(d.Status)
+		}
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("delivery %q: %w", id, ErrNotFound)
 		}
@@ -252,7 +345,8 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
 	nowMS := ms(now)
 	rows, err := s.r.QueryContext(ctx, `SELECT s.id, s.state, coalesce(l.paused_until, 0), coalesce(l.circuit, 'closed'), coalesce(l.circuit_until, 0),
 			coalesce((SELECT min(next_attempt_at) FROM deliveries INDEXED BY deliveries_due_first WHERE subscriber_id = s.id AND status = 'pending' AND attempts = 0), 0),
-			coalesce((SELECT min(next_attempt_at) FROM deliveries INDEXED BY deliveries_due_retry WHERE subscriber_id = s.id AND status = 'pending' AND attempts > 0), 0)
+			coalesce((SELECT min(next_attempt_at) FROM deliveries INDEXED BY deliveries_due_retry WHERE subscriber_id = s.id AND status = 'pending' AND attempts > 0), 0),
+			`+fanoutOldestSQL+`
 		FROM subscribers s LEFT JOIN limiter l ON l.subscriber_id = s.id ORDER BY s.id`)
 	if err != nil {
 		return Stats{}, err
@@ -261,8 +355,8 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
 	for rows.Next() {
 		var ss SubscriberStats
 		var state, circuit string
-		var paused, circuitUntil, first, retry int64
-		if err := rows.Scan(&ss.SubscriberID, &state, &paused, &circuit, &circuitUntil, &first, &retry); err != nil {
+		var paused, circuitUntil, first, retry, fanned int64
+		if err := rows.Scan(&ss.SubscriberID, &state, &paused, &circuit, &circuitUntil, &first, &retry, &fanned); err != nil {
 			rows.Close()
 			return Stats{}, err
 		}
@@ -271,9 +365,11 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
 			ss.PausedUntil = fromMS(paused)
 		}
 		ss.CircuitOpen = circuit != "closed" && circuitUntil > nowMS
-		oldest := first
-		if oldest == 0 || retry != 0 && retry < oldest {
-			oldest = retry
+		var oldest int64
+		for _, t := range []int64{first, retry, fanned} {
+			if oldest == 0 || t != 0 && t < oldest {
+				oldest = t
+			}
 		}
 		if oldest != 0 && oldest <= nowMS {
 			ss.OldestDueAge = time.Duration(nowMS-oldest) * time.Millisecond
@@ -337,8 +433,8 @@ const prunableSQL = `SELECT seq FROM deliveries WHERE status IN ('delivered', 'd
 const pruneChunk = 2000
 
 // Prune deletes delivered, dead and superseded deliveries (their attempts go by trigger, migration
-// 0008) last changed before cutoff, then events older than cutoff that no delivery references. It
-// returns the number of deliveries deleted.
+// 0008) last changed before cutoff, then events older than cutoff that no delivery references, a
+// row or not. It returns the number of deliveries deleted.
 func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 	limit := ` LIMIT ` + strconv.Itoa(pruneChunk)
 	var deliveries int64
@@ -348,7 +444,8 @@ func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 	}{
 		{`DELETE FROM deliveries WHERE seq IN (` + prunableSQL + limit + `)`, &deliveries},
 		{`DELETE FROM events WHERE seq IN (SELECT seq FROM events e WHERE created_at < ?
-			AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = e.seq)` + limit + `)`, nil},
+			AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = e.seq)
+			AND NOT EXISTS (SELECT 1 FROM fanout_deliveries f WHERE f.event_seq = e.seq)` + limit + `)`, nil},
 	} {
 		for {
 			var n int64

@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,7 +26,8 @@ type emitReq struct {
 }
 
 // Emit stores one event and a delivery for every matching subscriber that is not disabled. It
-// returns after the transaction carrying it has committed (see EmitBatch).
+// returns after the transaction carrying it has committed (see EmitBatch). Most deliveries become
+// rows only when claimed (fanout.go); they are pending, and counted, from the commit on.
 func (s *Store) Emit(ctx context.Context, in EmitInput) (EmitResult, error) {
 	res, err := s.emit(ctx, []EmitInput{in}, "")
 	if err != nil {
@@ -220,6 +222,12 @@ func (s *Store) commitGroup(group []*emitReq) {
 		overflow, err = s.trimBacklogs(ctx, tx, p.pending)
 		return err
 	})
+	if err == nil {
+		// Counted before the callers hear of the commit, so one that reads the counters then
+		// sees its own.
+		s.commits.Add(1)
+		s.counters.add(superseded, overflow)
+	}
 	for _, r := range group {
 		if err != nil {
 			r.results, r.err = nil, fmt.Errorf("emit: %w", err)
@@ -227,8 +235,6 @@ func (s *Store) commitGroup(group []*emitReq) {
 		close(r.done)
 	}
 	if err == nil {
-		s.commits.Add(1)
-		s.counters.add(superseded, overflow)
 		// Deliveries to paused subscribers cannot be claimed: waking the engine for them only put
 		// an empty claim transaction in the way of the next commit, once per commit.
 		if claimable > 0 {
@@ -247,16 +253,15 @@ type storedEvent struct {
 	deliveries int // for a stored one, known after loadDuplicateCounts
 }
 
-// newDelivery is a delivery row to insert.
+// newDelivery is a delivery row to insert at emit: one with a coalesce key, which a newer event
+// may supersede.
 type newDelivery struct {
+	Seq    int64
 	Event  int64 // the event's seq
 	Sub    string
 	Key    string
 	Status Status
 }
-
-// plain tells a row that insertPlainDeliveriesSQL writes: pending, without a coalesce key.
-func (d *newDelivery) plain() bool { return d.Status == StatusPending && d.Key == "" }
 
 // newEvent is an event row to insert.
 type newEvent struct {
@@ -264,6 +269,8 @@ type newEvent struct {
 	ID, Type   string
 	Body, Hash []byte
 	Key        string
+	Fanout     []int64 // the ordinals of the subscribers whose delivery is not a row, ascending
+	fanoutID   int64   // Fanout's id, 0 for none (set by write)
 }
 
 // resultRef points at one event's EmitResult inside a request.
@@ -281,10 +288,9 @@ type groupPlan struct {
 	pending    map[string]int64        // pending deliveries per subscriber, as the plan leaves them
 	known      map[string]*storedEvent // event ids stored or planned
 	nextSeq    int64                   // the seq of the next planned event
-	firstRow   int64                   // the seq of the group's first delivery (see write)
-	pinFirst   bool                    // the newest deliveries handed out are deleted
 	events     []newEvent
 	rows       []newDelivery
+	fanned     map[string]int64        // deliveries per subscriber that are not rows
 	latest     map[[2]string]int       // (subscriber, coalesce key) → index in rows of the newest
 	firstKey   map[[2]string]resultRef // (subscriber, coalesce key) → the first event that supersedes stored rows
 	dups       map[int64][]resultRef   // stored event seq → re-emits of it
@@ -296,11 +302,11 @@ type groupPlan struct {
 // ids exist. The counts cannot change under the plan: the transaction holds the write lock.
 func (s *Store) newGroupPlan(ctx context.Context, tx *sql.Tx, group []*emitReq, subs []*Subscriber) (*groupPlan, error) {
 	p := &groupPlan{s: s, subs: subs, cap: s.opts.GlobalCap, known: map[string]*storedEvent{}, latest: map[[2]string]int{},
-		firstKey: map[[2]string]resultRef{}, dups: map[int64][]resultRef{}, pending: map[string]int64{}}
-	// New events and deliveries take their seqs past the marks (migration 0007), so deliveries
-	// are planned with their events' seqs, the INSERTs return nothing, and a seq deleted by a
-	// prune or with its subscriber is never given again (a delivery's id is public).
-	if err := s.queryRow(ctx, tx, readSeqMarksSQL).Scan(&p.nextSeq, &p.firstRow, &p.pinFirst); err != nil {
+		firstKey: map[[2]string]resultRef{}, dups: map[int64][]resultRef{}, pending: map[string]int64{}, fanned: map[string]int64{}}
+	// New events take their seqs past the mark (migration 0007), so deliveries are planned with
+	// their events' seqs, the INSERTs return nothing, and a seq deleted by a prune or with its
+	// subscriber is never given again (a delivery's id is public, and made of it: fanout.go).
+	if err := s.queryRow(ctx, tx, readSeqMarksSQL).Scan(&p.nextSeq); err != nil {
 		return nil, err
 	}
 	counts, err := s.query(ctx, tx, `SELECT subscriber_id, status, n FROM queue_counts WHERE status IN ('pending', 'leased')`)
@@ -383,8 +389,8 @@ func (p *groupPlan) check(r *emitReq) error {
 	return nil
 }
 
-// add plans a request that check accepted: its new events, one delivery per matching subscriber,
-// and the supersedes of coalescing.
+// add plans a request that check accepted: its new events, one delivery per matching subscriber
+// (a row if it has a coalesce key, else in the event's fanout), and the supersedes of coalescing.
 func (p *groupPlan) add(r *emitReq) {
 	r.results = make([]EmitResult, len(r.events))
 	for i, in := range r.events {
@@ -399,6 +405,7 @@ func (p *groupPlan) add(r *emitReq) {
 		ev := p.nextSeq
 		p.nextSeq++
 		p.events = append(p.events, newEvent{Seq: ev, ID: in.ID, Type: in.Type, Body: in.Body, Hash: sum, Key: in.CoalesceKey})
+		event := &p.events[len(p.events)-1]
 		res := &r.results[i]
 		res.EventID = in.ID
 		var payload map[string]json.RawMessage // parsed at most once, for coalesce keys
@@ -417,48 +424,77 @@ func (p *groupPlan) add(r *emitReq) {
 					key = coalesceValue(payload[sub.Coalesce.Key])
 				}
 			}
-			if key != "" {
-				k := [2]string{sub.ID, key}
-				if j, ok := p.latest[k]; ok {
-					if p.rows[j].Status == StatusPending {
-						p.rows[j].Status = StatusSuperseded // an older event of this group
-						res.Superseded++
-						p.pending[sub.ID]--
-					}
-				} else {
-					p.firstKey[k] = resultRef{r, i} // stored pending rows are superseded on its behalf
-				}
-				p.latest[k] = len(p.rows)
-			}
-			p.rows = append(p.rows, newDelivery{Event: ev, Sub: sub.ID, Key: key, Status: StatusPending})
 			if sub.State == StateActive {
 				p.claimable++
 			}
 			res.Deliveries++
 			p.pending[sub.ID]++
+			if key == "" {
+				event.Fanout = append(event.Fanout, sub.ordinal)
+				p.fanned[sub.ID]++
+				continue
+			}
+			k := [2]string{sub.ID, key}
+			if j, ok := p.latest[k]; ok {
+				if p.rows[j].Status == StatusPending {
+					p.rows[j].Status = StatusSuperseded // an older event of this group
+					res.Superseded++
+					p.pending[sub.ID]--
+				}
+			} else {
+				p.firstKey[k] = resultRef{r, i} // stored pending rows are superseded on its behalf
+			}
+			p.latest[k] = len(p.rows)
+			p.rows = append(p.rows, newDelivery{Seq: deliverySeqOf(ev, sub.ordinal), Event: ev, Sub: sub.ID, Key: key, Status: StatusPending})
 		}
+		slices.Sort(event.Fanout)
 		p.known[in.ID] = &storedEvent{hash: sum, deliveries: res.Deliveries}
 		p.depth += int64(res.Deliveries)
 		p.superseded += int64(res.Superseded)
 	}
 }
 
-// write stores the plan: the events, the supersedes of stored pending deliveries, the new
-// deliveries, the seq marks past them, and the delivery counts that re-emits of stored events
-// report.
+// write stores the plan: the events with their fanouts, the supersedes of stored pending
+// deliveries, the new delivery rows, the seq mark past them, and the delivery counts that
+// re-emits of stored events report.
 func (p *groupPlan) write(ctx context.Context, tx *sql.Tx, now int64) error {
 	if err := p.countDuplicates(ctx, tx); err != nil {
 		return err
 	}
+	ids := map[string]int64{}
+	newest := map[int64]int64{} // fanout id → its newest event in the group
+	for i := range p.events {
+		e := &p.events[i]
+		if len(e.Fanout) == 0 {
+			continue
+		}
+		key := fanoutKey(e.Fanout)
+		id, ok := ids[key]
+		if !ok {
+			var err error
+			if id, err = p.s.fanoutID(ctx, tx, key); err != nil {
+				return err
+			}
+			ids[key] = id
+		}
+		e.fanoutID, newest[id] = id, e.Seq
+	}
+	marks := make([]any, 0, 2*len(newest))
+	for id, seq := range newest {
+		marks = append(marks, id, seq)
+	}
+	if err := p.s.execPadded(ctx, tx, &markFanoutsSQL, nil, marks, 2); err != nil {
+		return err
+	}
 	// The ids were checked free inside this write transaction, and the seqs are past every one
 	// handed out and every one stored: a conflict here is a bug, and fails the group.
-	args := make([]any, 0, 1+6*padChunks[0])
+	args := make([]any, 0, 1+7*padChunks[0])
 	err := padded(len(p.events), func(k, lo, hi int) error {
 		args = append(args[:0], now)
 		for _, e := range p.events[lo:hi] {
-			args = append(args, e.Seq, e.ID, e.Type, e.Body, e.Hash, e.Key)
+			args = append(args, e.Seq, e.ID, e.Type, e.Body, e.Hash, e.Key, e.fanoutID)
 		}
-		_, err := p.s.exec(ctx, tx, insertEventsSQL[k], padNulls(args, k, hi-lo, 6)...)
+		_, err := p.s.exec(ctx, tx, insertEventsSQL[k], padNulls(args, k, hi-lo, 7)...)
 		return err
 	})
 	if err != nil {
@@ -467,73 +503,31 @@ func (p *groupPlan) write(ctx context.Context, tx *sql.Tx, now int64) error {
 	if err := p.supersedeStored(ctx, tx, now); err != nil {
 		return err
 	}
-	// Deliveries take SQLite's rowid, the largest seq + 1: binding every seq cost each row a seek
-	// (the check that its seq is free) and a bound value, about 8 % of an emit's CPU. Once the
-	// newest deliveries handed out are deleted, the largest + 1 is a seq given before: the group's
-	// first row then takes the seq past the mark, and the others follow it.
-	rows := p.rows
-	if p.pinFirst && len(rows) > 0 {
-		r := rows[0]
-		if _, err := p.s.exec(ctx, tx, insertFirstDeliverySQL, now, p.firstRow, r.Event, r.Sub, string(r.Status), r.Key); err != nil {
-			return err
+	// The rows go in in plan order: among deliveries due at once, a subscriber's are claimed in
+	// due order, and their seqs follow their events'.
+	err = padded(len(p.rows), func(k, lo, hi int) error {
+		args = append(args[:0], now)
+		for _, r := range p.rows[lo:hi] {
+			args = append(args, r.Seq, r.Event, r.Sub, string(r.Status), r.Key)
 		}
-		rows = rows[1:]
-	}
-	// The rows go in in plan order (among deliveries due at once, a subscriber's are claimed in
-	// seq order), each run of plain rows, all of them in a group without coalescing, binding two
-	// values a row instead of four.
-	for lo := 0; lo < len(rows); {
-		plain, hi := rows[lo].plain(), lo+1
-		for hi < len(rows) && rows[hi].plain() == plain {
-			hi++
-		}
-		run := rows[lo:hi]
-		err := padded(len(run), func(k, i, j int) error {
-			args = append(args[:0], now)
-			for _, r := range run[i:j] {
-				if plain {
-					args = append(args, r.Event, r.Sub)
-				} else {
-					args = append(args, r.Event, r.Sub, string(r.Status), r.Key)
-				}
-			}
-			if plain {
-				_, err := p.s.exec(ctx, tx, insertPlainDeliveriesSQL[k], padNulls(args, k, j-i, 2)...)
-				return err
-			}
-			_, err := p.s.exec(ctx, tx, insertDeliveriesSQL[k], padNulls(args, k, j-i, 4)...)
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		lo = hi
+		_, err := p.s.exec(ctx, tx, insertDeliveriesSQL[k], padNulls(args, k, hi-lo, 5)...)
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	if len(p.events) > 0 {
-		if _, err := p.s.exec(ctx, tx, writeSeqMarksSQL, p.nextSeq-1, p.firstRow-1); err != nil {
+		if _, err := p.s.exec(ctx, tx, `UPDATE meta SET value = ? WHERE key = 'events_seq'`, p.nextSeq-1); err != nil {
 			return err
 		}
 	}
 	return p.countRows(ctx, tx)
 }
 
-// readSeqMarksSQL reads the next event seq and delivery seq, one past the marks (migration 0007,
-// the last seqs handed out), and whether the largest delivery seq stored is below its mark. An
-// event seq is also past the largest stored: a binary from before 0007, still running on the
-// file after a newer one migrated it, gives events the largest seq + 1 without moving the mark.
-const readSeqMarksSQL = `SELECT max(e, (SELECT coalesce(max(seq), 0) FROM events)) + 1, d + 1, d > (SELECT coalesce(max(seq), 0) FROM deliveries)
-	FROM (SELECT (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'events_seq') AS e,
-		(SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'deliveries_seq') AS d)`
-
-// writeSeqMarksSQL sets the marks to the last event seq handed out (?1) and to the largest
-// delivery seq stored, or kept at ?2 if that is lower (no deliveries written).
-const writeSeqMarksSQL = `UPDATE meta SET value = iif(key = 'events_seq', ?1, max(?2, coalesce((SELECT max(seq) FROM deliveries), 0)))
-	WHERE key IN ('events_seq', 'deliveries_seq')`
-
-// insertFirstDeliverySQL inserts one delivery (now, seq, event seq, subscriber, status, coalesce
-// key) due now.
-const insertFirstDeliverySQL = `INSERT INTO deliveries(seq, event_seq, subscriber_id, status, coalesce_key, next_attempt_at, age_from, created_at, updated_at)
-	VALUES (?2, ?3, ?4, ?5, ?6, ?1, ?1, ?1, ?1)`
+// readSeqMarksSQL reads the next event seq, one past the mark (migration 0007, the last seq handed
+// out) and past the largest stored: a binary from before 0007, still running on the file after a
+// newer one migrated it, gives events the largest seq + 1 without moving the mark.
+const readSeqMarksSQL = `SELECT max((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'events_seq'), (SELECT coalesce(max(seq), 0) FROM events)) + 1`
 
 // insertSQL renders an INSERT into cols for every padChunks size: each row binds k values, followed
 // by the expressions now (of t.now, the first parameter). Rows of NULLs, the padding of a chunk, are
@@ -556,25 +550,22 @@ func valuesSQL(n, k int) string {
 	return "VALUES " + strings.Repeat(row+", ", n-1) + row
 }
 
-// insertEventsSQL inserts events (seq, id, type, body, hash, coalesce key).
-var insertEventsSQL = insertSQL("events", "seq, id, type, body, body_hash, coalesce_key, created_at", 6, "t.now")
+// insertEventsSQL inserts events (seq, id, type, body, hash, coalesce key, fanout id or 0).
+var insertEventsSQL = insertSQL("events", "seq, id, type, body, body_hash, coalesce_key, fanout, created_at", 7, "t.now")
 
-// insertDeliveriesSQL inserts deliveries (event seq, subscriber, status, coalesce key) due now.
+// insertDeliveriesSQL inserts deliveries (seq, event seq, subscriber, status, coalesce key) due now.
 var insertDeliveriesSQL = insertSQL("deliveries",
-	"event_seq, subscriber_id, status, coalesce_key, next_attempt_at, age_from, created_at, updated_at", 4,
+	"seq, event_seq, subscriber_id, status, coalesce_key, next_attempt_at, age_from, created_at, updated_at", 5,
 	"t.now, t.now, t.now, t.now")
 
-// insertPlainDeliveriesSQL inserts pending deliveries without a coalesce key (event seq,
-// subscriber) due now.
-var insertPlainDeliveriesSQL = insertSQL("deliveries",
-	"event_seq, subscriber_id, status, coalesce_key, next_attempt_at, age_from, created_at, updated_at", 2,
-	"'pending', '', t.now, t.now, t.now, t.now")
-
-// countRows adds the inserted deliveries to queue_counts (no trigger counts inserts).
+// countRows adds the new deliveries, rows and fanouts, to queue_counts (no trigger counts inserts).
 func (p *groupPlan) countRows(ctx context.Context, tx *sql.Tx) error {
 	c := countDeltas{}
 	for _, r := range p.rows {
 		c.move(r.Sub, "", r.Status, 1)
+	}
+	for sub, n := range p.fanned {
+		c.move(sub, "", StatusPending, n)
 	}
 	return c.write(ctx, p.s, tx)
 }
@@ -589,7 +580,7 @@ func (p *groupPlan) countDuplicates(ctx context.Context, tx *sql.Tx) error {
 		seqs = append(seqs, seq)
 	}
 	list, _ := json.Marshal(seqs)
-	rows, err := p.s.query(ctx, tx, `SELECT event_seq, count(*) FROM deliveries WHERE event_seq IN (SELECT value FROM json_each(?)) GROUP BY event_seq`, string(list))
+	rows, err := p.s.query(ctx, tx, `SELECT event_seq, count(*) FROM all_deliveries WHERE event_seq IN (SELECT value FROM json_each(?)) GROUP BY event_seq`, string(list))
 	if err != nil {
 		return err
 	}
@@ -644,17 +635,18 @@ const supersedeSQL = `UPDATE deliveries INDEXED BY deliveries_coalesce SET statu
 	WHERE deliveries.subscriber_id = j.sub AND deliveries.coalesce_key = j.key AND deliveries.status = 'pending' AND deliveries.coalesce_key <> ''
 	RETURNING deliveries.subscriber_id, deliveries.coalesce_key`
 
-// pendingOfSQL selects up to ?4 (-1: all) pending deliveries of subscriber ?3, oldest first as the
-// due indexes order them without a sort (pending deliveries are in no other index by subscriber):
-// retries before first attempts, each earliest due first. Claiming takes first attempts first, so
-// a delivery that is already a retry nearly always belongs to an older event than one still
-// waiting for its first attempt; among first attempts, earliest due is oldest emitted. The limits
-// are (?4 + 0) so the prepared statement is not compiled again at every run (see claimSQL).
-const pendingOfSQL = `SELECT seq FROM (SELECT seq FROM deliveries INDEXED BY deliveries_due_retry
-		WHERE subscriber_id = ?3 AND status = 'pending' AND attempts > 0 ORDER BY next_attempt_at LIMIT (?4 + 0))
-	UNION ALL SELECT seq FROM (SELECT seq FROM deliveries INDEXED BY deliveries_due_first
-		WHERE subscriber_id = ?3 AND status = 'pending' AND attempts = 0 ORDER BY next_attempt_at LIMIT (?4 + 0))
-	LIMIT (?4 + 0)`
+// pendingRowsSQL selects up to ?4 (-1: all) pending delivery rows of subscriber ?3 of one kind
+// (attempts > 0: retries, attempts = 0: first attempts), earliest due first as its due index orders
+// them without a sort (pending rows are in no other index by subscriber). The limit is (?4 + 0) so
+// the prepared statement is not compiled again at every run (see dueSearchesSQL).
+func pendingRowsSQL(kind string) string {
+	index := "deliveries_due_first"
+	if kind != "attempts = 0" {
+		index = "deliveries_due_retry"
+	}
+	return `SELECT seq FROM deliveries INDEXED BY ` + index + ` WHERE subscriber_id = ?3 AND status = 'pending' AND ` + kind + `
+		ORDER BY next_attempt_at LIMIT (?4 + 0)`
+}
 
 // bodyHash identifies an event's content for idempotent re-emits.
 func bodyHash(eventType string, body []byte) []byte {
@@ -690,22 +682,77 @@ func coalesceValue(raw json.RawMessage) string {
 }
 
 // trimBacklogs dead-letters the oldest pending deliveries of every subscriber beyond the backlog
-// cap, given the pending count of each, and returns how many: the oldest (pendingOfSQL), so a
-// subscriber that is down keeps its newest events.
+// cap, given the pending count of each, and returns how many, so a subscriber that is down keeps
+// its newest events: retries first (they are of older events than nearly any first attempt), then
+// first attempts, rows and fanout deliveries merged by event.
 func (s *Store) trimBacklogs(ctx context.Context, tx *sql.Tx, pending map[string]int64) (int64, error) {
 	var total int64
+	now := ms(s.Now())
 	for id, n := range pending {
 		excess := n - s.opts.BacklogCap
 		if excess <= 0 {
 			continue
 		}
-		r, err := s.exec(ctx, tx, `UPDATE deliveries SET status = 'dead', reason = ?1, last_error = 'backlog cap reached', updated_at = ?2
-			WHERE seq IN (`+pendingOfSQL+`)`, ReasonBacklogOverflow, ms(s.Now()), id, excess)
+		r, err := s.exec(ctx, tx, `UPDATE deliveries SET status = 'dead', reason = ?1, last_error = ?5, updated_at = ?2
+			WHERE seq IN (`+pendingRowsSQL("attempts > 0")+`)`, ReasonBacklogOverflow, now, id, excess, backlogCapError)
 		if err != nil {
 			return 0, err
 		}
 		dead, _ := r.RowsAffected()
-		total += dead
+		total, excess = total+dead, excess-dead
+		if excess <= 0 {
+			continue
+		}
+		firsts, err := s.firstCandidates(ctx, tx, pendingFirstsSQL, id, excess)
+		if err != nil {
+			return 0, err
+		}
+		t, err := s.fanoutTakeOf(ctx, tx, id, excess)
+		if err != nil {
+			return 0, err
+		}
+		fanned, err := s.fanoutSeqs(ctx, tx, []fanoutTake{t})
+		if err != nil {
+			return 0, err
+		}
+		seqs, fan, through := oldestFirst(firsts, fanned[id], excess)
+		list, _ := json.Marshal(seqs)
+		if _, err := s.exec(ctx, tx, `UPDATE deliveries SET status = 'dead', reason = ?1, last_error = ?3, updated_at = ?2
+			WHERE seq IN (SELECT value FROM json_each(?4)) AND status = 'pending'`, ReasonBacklogOverflow, now, backlogCapError, string(list)); err != nil {
+			return 0, err
+		}
+		t.n = fan
+		st := fanoutState{status: StatusDead, reason: ReasonBacklogOverflow, lastError: backlogCapError, now: now}
+		if err := s.settleFanout(ctx, tx, t, st, through); err != nil {
+			return 0, err
+		}
+		total += int64(len(seqs)) + fan
 	}
 	return total, nil
 }
+
+// pendingFirstsSQL selects up to ?2 pending first-attempt rows of subscriber ?1 (seq, event seq),
+// earliest due first.
+const pendingFirstsSQL = `SELECT seq, event_seq FROM deliveries INDEXED BY deliveries_due_first
+	WHERE subscriber_id = ?1 AND status = 'pending' AND attempts = 0 ORDER BY next_attempt_at LIMIT (?2 + 0)`
+
+// firstCandidates runs q, pendingFirstsSQL or one like it, for a subscriber.
+func (s *Store) firstCandidates(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]firstCandidate, error) {
+	rows, err := s.query(ctx, tx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []firstCandidate
+	for rows.Next() {
+		var c firstCandidate
+		if err := rows.Scan(&c.seq, &c.eventSeq); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// backlogCapError is the last error of a delivery the backlog cap dead-lettered.
+const backlogCapError = "backlog cap reached"

@@ -330,7 +330,7 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 		news := false
 		for _, it := range bySub[id] {
 			if it.Disable != "" {
-				if err := setStateTx(ctx, tx, id, StateDisabled, it.Disable, ms(now)); err != nil && !errors.Is(err, ErrNotFound) {
+				if err := s.setStateTx(ctx, tx, id, StateDisabled, it.Disable, ms(now)); err != nil && !errors.Is(err, ErrNotFound) {
 					return fmt.Errorf("settle subscriber %s: %w", id, err)
 				}
 				break

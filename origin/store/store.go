@@ -151,6 +151,8 @@ type Store struct {
 	subsVer  string        // meta subscribers_version the cache was loaded at
 	subsList []*Subscriber // cache of non-disabled subscribers for emit matching
 
+	fanoutIDs fanoutIDs
+
 	counters  Counters
 	rescuedAt atomic.Int64 // claim time (unix ms) of the last look for expired leases
 	trimmedAt atomic.Int64 // settle time (unix s) of the last trim of delivered_by_second
@@ -198,7 +200,7 @@ func openVersion(ctx context.Context, opts Options, version int) (*Store, error)
 	w.SetConnMaxIdleTime(0)
 	s := &Store{opts: opts, w: w, emits: make(chan *emitReq, MaxBatchEvents), wake: make(chan struct{}, 1),
 		wrote: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), ckptDone: make(chan struct{}),
-		stmts: map[string]*sql.Stmt{}, wanted: map[string]bool{}}
+		stmts: map[string]*sql.Stmt{}, wanted: map[string]bool{}, fanoutIDs: fanoutIDs{byKey: map[string]int64{}}}
 	if err := s.migrate(ctx, version); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("open %s: %w", opts.Path, err)

@@ -131,12 +131,20 @@ func (s *Store) CreateSubscriber(ctx context.Context, in SubscriberInput) (*Subs
 		if exists > 0 {
 			return fmt.Errorf("subscriber %q already exists: %w", in.ID, ErrConflict)
 		}
+		var ordinal int64
+		if err := tx.QueryRowContext(ctx, `UPDATE meta SET value = value + 1 WHERE key = 'next_ordinal' RETURNING value - 1`).Scan(&ordinal); err != nil {
+			return err
+		}
+		if ordinal >= maxOrdinals {
+			return fmt.Errorf("this database has created %d subscribers, the most one can (delivery ids hold an ordinal of %d bits): %w",
+				maxOrdinals, ordinalBits, ErrConflict)
+		}
 		events, headers, coalesce := encodeSettings(&in)
 		if _, err := tx.ExecContext(ctx, `INSERT INTO subscribers(id, url, events, profile, legacy_prefix, mode, rate_per_sec,
-			burst, max_in_flight, timeout_ms, headers, coalesce, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			burst, max_in_flight, timeout_ms, headers, coalesce, created_at, updated_at, ordinal)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			in.ID, in.URL, events, in.Profile, in.LegacyPrefix, in.Mode, in.RatePerSec, in.Burst, in.MaxInFlight,
-			in.TimeoutMS, headers, coalesce, now, now); err != nil {
+			in.TimeoutMS, headers, coalesce, now, now, ordinal); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO subscriber_secrets(subscriber_id, secret, created_at) VALUES (?, ?, ?)`,
@@ -175,7 +183,7 @@ func bumpSubscribersVersion(ctx context.Context, tx *sql.Tx) error {
 }
 
 const subscriberColumns = `id, url, events, profile, legacy_prefix, mode, rate_per_sec, burst, max_in_flight,
-	timeout_ms, headers, coalesce, state, state_reason, created_at, updated_at`
+	timeout_ms, headers, coalesce, state, state_reason, created_at, updated_at, ordinal`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -187,7 +195,7 @@ func scanSubscriber(row rowScanner) (*Subscriber, error) {
 		profile, mode, state      string
 	)
 	if err := row.Scan(&sub.ID, &sub.URL, &events, &profile, &sub.LegacyPrefix, &mode, &sub.RatePerSec, &sub.Burst,
-		&sub.MaxInFlight, &sub.TimeoutMS, &headers, &coalesce, &state, &sub.StateReason, &createdAt, &updatedAt); err != nil {
+		&sub.MaxInFlight, &sub.TimeoutMS, &headers, &coalesce, &state, &sub.StateReason, &createdAt, &updatedAt, &sub.ordinal); err != nil {
 		return nil, err
 	}
 	sub.Profile, sub.Mode, sub.State = Profile(profile), Mode(mode), State(state)
@@ -379,7 +387,7 @@ func (s *Store) ResumeSubscriber(ctx context.Context, id string) (*Subscriber, e
 func (s *Store) setState(ctx context.Context, id string, state State, reason string) (*Subscriber, error) {
 	now := ms(s.Now())
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		return setStateTx(ctx, tx, id, state, reason, now)
+		return s.setStateTx(ctx, tx, id, state, reason, now)
 	})
 	if err != nil {
 		return nil, err
@@ -387,7 +395,7 @@ func (s *Store) setState(ctx context.Context, id string, state State, reason str
 	return s.GetSubscriber(ctx, id)
 }
 
-func setStateTx(ctx context.Context, tx *sql.Tx, id string, state State, reason string, now int64) error {
+func (s *Store) setStateTx(ctx context.Context, tx *sql.Tx, id string, state State, reason string, now int64) error {
 	res, err := tx.ExecContext(ctx, `UPDATE subscribers SET state = ?, state_reason = ?, updated_at = ? WHERE id = ?`, state, reason, now, id)
 	if err != nil {
 		return err
@@ -397,8 +405,21 @@ func setStateTx(ctx context.Context, tx *sql.Tx, id string, state State, reason 
 	}
 	switch state {
 	case StateDisabled:
-		_, err = tx.ExecContext(ctx, `UPDATE deliveries SET status = 'held', reason = ?1, updated_at = ?2
-			WHERE seq IN (`+pendingOfSQL+`)`, reason, now, id, -1)
+		for _, kind := range []string{"attempts > 0", "attempts = 0"} {
+			if _, err = tx.ExecContext(ctx, `UPDATE deliveries SET status = 'held', reason = ?1, updated_at = ?2
+				WHERE seq IN (`+pendingRowsSQL(kind)+`)`, reason, now, id, -1); err != nil {
+				return err
+			}
+		}
+		var t fanoutTake
+		if t, err = s.fanoutTakeOf(ctx, tx, id, allFanout); err != nil {
+			return err
+		}
+		var through int64
+		if err = tx.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM events`).Scan(&through); err != nil {
+			return err
+		}
+		err = s.settleFanout(ctx, tx, t, fanoutState{status: StatusHeld, reason: reason, now: now}, through)
 	case StateActive:
 		if _, err = tx.ExecContext(ctx, `UPDATE deliveries SET status = 'pending', reason = '', next_attempt_at = ?, updated_at = ?
 			WHERE subscriber_id = ? AND status = 'held' AND `+subSettledSQL, now, now, id); err != nil {

@@ -78,6 +78,8 @@ type Subscriber struct {
 	Secrets      []Secret
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
+
+	ordinal int64 // never given to another subscriber of the database (fanout.go)
 }
 
 // Timeout returns the per-request timeout.

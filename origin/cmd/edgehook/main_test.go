@@ -627,7 +627,7 @@ func TestMigrateNewStoreID(t *testing.T) {
 	c := newCLI(t)
 	c.ok("subscribers", "add", "--id", "shop", "--url", "https://shop.example/hooks", "--events", "*")
 	c.ok("emit", "--type", "order.created", "--data", "{}")
-	pattern := regexp.MustCompile(`(?m)^(dlv_[0-9a-f]+_)1 `)
+	pattern := regexp.MustCompile(`(?m)^(dlv_[0-9a-f]+_)[0-9]+ `)
 	prefix := func() string {
 		t.Helper()
 		m := pattern.FindStringSubmatch(c.ok("deliveries", "list"))

@@ -67,7 +67,7 @@ func (d *DB) TableCounts(t testing.TB) map[string]int64 {
 // Statuses returns the number of deliveries per status.
 func (d *DB) Statuses(t testing.TB) map[string]int64 {
 	t.Helper()
-	return d.countBy(t, `SELECT status, count(*) FROM deliveries GROUP BY status`)
+	return d.countBy(t, `SELECT status, count(*) FROM all_deliveries GROUP BY status`)
 }
 
 // AttemptOutcomes returns the number of attempts per outcome.
@@ -101,7 +101,7 @@ func (d *DB) countBy(t testing.TB, query string, args ...any) map[string]int64 {
 // DeliveryStatuses returns the status of every delivery, keyed "<subscriber id> <event id>".
 func (d *DB) DeliveryStatuses(t testing.TB) map[string]string {
 	t.Helper()
-	rows, err := d.db.Query(`SELECT d.subscriber_id, e.id, d.status FROM deliveries d JOIN events e ON e.seq = d.event_seq`)
+	rows, err := d.db.Query(`SELECT d.subscriber_id, e.id, d.status FROM all_deliveries d JOIN events e ON e.seq = d.event_seq`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func (d *DB) EventIDs(t testing.TB) map[string]bool {
 // DeliveriesPerEvent returns the number of deliveries of each event id.
 func (d *DB) DeliveriesPerEvent(t testing.TB) map[string]int64 {
 	t.Helper()
-	return d.countBy(t, `SELECT e.id, count(d.seq) FROM events e LEFT JOIN deliveries d ON d.event_seq = e.seq GROUP BY e.id`)
+	return d.countBy(t, `SELECT e.id, count(d.seq) FROM events e LEFT JOIN all_deliveries d ON d.event_seq = e.seq GROUP BY e.id`)
 }
 
 // Attempt is one row of the attempt log.
@@ -185,7 +185,7 @@ type DeliveryState struct {
 func (d *DB) Delivery(t testing.TB, eventID, subscriberID string) (DeliveryState, bool) {
 	t.Helper()
 	var s DeliveryState
-	err := d.db.QueryRow(`SELECT d.status, d.reason, d.attempts, d.last_status FROM deliveries d JOIN events e ON e.seq = d.event_seq
+	err := d.db.QueryRow(`SELECT d.status, d.reason, d.attempts, d.last_status FROM all_deliveries d JOIN events e ON e.seq = d.event_seq
 		WHERE e.id = ? AND d.subscriber_id = ?`, eventID, subscriberID).Scan(&s.Status, &s.Reason, &s.Attempts, &s.LastStatus)
 	if err == sql.ErrNoRows {
 		return s, false

@@ -1,0 +1,358 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Fan-out at claim (migration 0009): an event stores its fanout, the set of subscribers it is for,
+// and each subscriber's delivery becomes a row when a claim leases it (or when the backlog cap or a
+// disable settles it). A subscriber's cursor is the last event seq up to which that happened.
+
+// ordinalBits is how many low bits of a delivery seq hold its subscriber's ordinal.
+const ordinalBits = 20
+
+// maxOrdinals is how many subscribers a database can ever create: ordinals are not given twice.
+const maxOrdinals = 1 << ordinalBits
+
+// deliverySeqOf is the seq of the delivery of an event to a subscriber, a row or not.
+func deliverySeqOf(eventSeq, ordinal int64) int64 { return eventSeq<<ordinalBits | ordinal }
+
+// fanoutIDs caches the ids of fanouts by their ordinals' key, for emit. Only ids read back from
+// the database are cached: a fanout is never changed or deleted once committed.
+type fanoutIDs struct {
+	mu    sync.Mutex
+	byKey map[string]int64
+}
+
+// fanoutKey renders a fanout's ordinals, ascending, as stored.
+func fanoutKey(ordinals []int64) string {
+	b, _ := json.Marshal(ordinals)
+	return string(b)
+}
+
+// fanoutID returns the id of the fanout of key (fanoutKey), writing it in tx if it is new.
+func (s *Store) fanoutID(ctx context.Context, tx *sql.Tx, key string) (int64, error) {
+	s.fanoutIDs.mu.Lock()
+	id, ok := s.fanoutIDs.byKey[key]
+	s.fanoutIDs.mu.Unlock()
+	if ok {
+		return id, nil
+	}
+	err := s.queryRow(ctx, tx, `SELECT id FROM fanouts WHERE ordinals = ?`, key).Scan(&id)
+	if err == nil {
+		s.fanoutIDs.mu.Lock()
+		s.fanoutIDs.byKey[key] = id
+		s.fanoutIDs.mu.Unlock()
+		return id, nil
+	}
+	if err != sql.ErrNoRows {
+		return 0, err
+	}
+	if err := s.queryRow(ctx, tx, `INSERT INTO fanouts(ordinals) VALUES (?) RETURNING id`, key).Scan(&id); err != nil {
+		return 0, err
+	}
+	_, err = s.exec(ctx, tx, `INSERT INTO fanout_members(fanout, ordinal) SELECT ?1, value FROM json_each(?2)`, id, key)
+	return id, err
+}
+
+// markFanoutsSQL records the newest event of fanouts (id, event seq), skipping the padding.
+var markFanoutsSQL = chunkSQL(2, func(values string) string {
+	return `UPDATE fanouts SET last_seq = max(last_seq, j.column2) FROM (` + values + `) AS j WHERE fanouts.id = j.column1`
+})
+
+// fanoutTake is one subscriber's part in a fanout search: up to n of its oldest deliveries that
+// are not rows yet, past its cursor, in the fanouts it is in that have events past it.
+type fanoutTake struct {
+	sub             string
+	ordinal, cursor int64
+	n               int64
+	fanouts         []int64 // set by liveFanouts
+}
+
+// liveFanouts sets the fanouts of each take: those of its ordinal with an event past its cursor.
+// Fanouts are never deleted, and a subscriber joins a new one whenever the set of subscribers an
+// event matches changes; most are long past every cursor.
+func (s *Store) liveFanouts(ctx context.Context, tx *sql.Tx, takes []fanoutTake) error {
+	if len(takes) == 0 {
+		return nil
+	}
+	oldest := takes[0].cursor
+	ordinals := make([]int64, len(takes))
+	for i, t := range takes {
+		oldest, ordinals[i] = min(oldest, t.cursor), t.ordinal
+	}
+	list, _ := json.Marshal(ordinals)
+	rows, err := s.query(ctx, tx, `SELECT m.ordinal, f.id, f.last_seq FROM fanouts f JOIN fanout_members m ON m.fanout = f.id
+		WHERE f.last_seq > ?1 AND m.ordinal IN (SELECT value FROM json_each(?2))`, oldest, string(list))
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	type live struct{ id, last int64 }
+	byOrdinal := map[int64][]live{}
+	for rows.Next() {
+		var ordinal int64
+		var f live
+		if err := rows.Scan(&ordinal, &f.id, &f.last); err != nil {
+			return err
+		}
+		byOrdinal[ordinal] = append(byOrdinal[ordinal], f)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for i := range takes {
+		t := &takes[i]
+		t.fanouts = t.fanouts[:0]
+		for _, f := range byOrdinal[t.ordinal] {
+			if f.last > t.cursor {
+				t.fanouts = append(t.fanouts, f.id)
+			}
+		}
+		slices.Sort(t.fanouts)
+	}
+	return nil
+}
+
+// fanoutSearch is one statement's worth of fanout searches: a query whose rows are (subscriber,
+// ordinal, event seq), the n oldest of each subscriber's, with its arguments.
+type fanoutSearch struct {
+	sql  string
+	args []any
+}
+
+// fanoutSearches groups takes (after liveFanouts) into searches of at most fanoutChunk fanouts
+// each. A subscriber's fanouts share one statement, whose window keeps the oldest n of their
+// union, so every event up to the newest taken is taken; one in more than fanoutChunk fanouts has
+// a statement of its own that scans the events past its cursor instead.
+func fanoutSearches(takes []fanoutTake) []fanoutSearch {
+	var out []fanoutSearch
+	var args []any
+	n, several := 0, false
+	flush := func() {
+		if n == 0 {
+			return
+		}
+		width := 1
+		for width < n {
+			width *= 2
+		}
+		for ; n < width; n++ {
+			args = append(args, nil, nil, 0, nil, 0, 0)
+		}
+		out = append(out, fanoutSearch{fanoutFoundSQL(width, several), args})
+		args, n, several = nil, 0, false
+	}
+	for _, t := range takes {
+		switch {
+		case t.n <= 0 || len(t.fanouts) == 0:
+			continue
+		case len(t.fanouts) > fanoutChunk:
+			out = append(out, fanoutSearch{fanoutScanSQL, []any{t.sub, t.ordinal, t.cursor, t.ordinal, t.n}})
+			continue
+		case n+len(t.fanouts) > fanoutChunk:
+			flush()
+		}
+		for _, f := range t.fanouts {
+			args = append(args, t.sub, t.ordinal, t.n, f, t.cursor, t.n)
+		}
+		n += len(t.fanouts)
+		several = several || len(t.fanouts) > 1
+	}
+	flush()
+	return out
+}
+
+// fanoutChunk is how many fanouts one search statement holds.
+const fanoutChunk = 16
+
+// fanoutFoundSQL finds the events of n searches, each (subscriber, ordinal, limit, fanout, cursor,
+// limit): the next events of one fanout past the cursor. With several searches for one subscriber
+// (several), a window keeps the oldest limit of each. The fanout and the limit are bound as (? +
+// 0): deciding that the partial index applies (fanout <> 0) compared the value bound to a bare
+// fanout = ?, and a bare LIMIT ? is read by the planner; either marks the statement to be compiled
+// again at every run (a third of a claim's CPU).
+func fanoutFoundSQL(n int, several bool) string {
+	search := `SELECT ? AS sub, ? AS ord, ? AS lim, seq AS eseq FROM (SELECT seq FROM events INDEXED BY events_fanout
+		WHERE fanout = (? + 0) AND fanout <> 0 AND seq > ? ORDER BY seq LIMIT (? + 0))`
+	searches := make([]string, n)
+	for i := range searches {
+		searches[i] = search
+	}
+	found := strings.Join(searches, " UNION ALL ")
+	if several {
+		found = `SELECT sub, ord, eseq FROM (SELECT sub, ord, lim, eseq, row_number() OVER (PARTITION BY sub ORDER BY eseq) AS rn
+			FROM (` + found + `)) WHERE rn <= lim`
+	}
+	return `SELECT sub, ord, eseq FROM (` + found + `)`
+}
+
+// fanoutScanSQL finds the next limit events past a cursor in any fanout of an ordinal: (subscriber,
+// ordinal, cursor, ordinal, limit). It reads every event past the cursor until it has them.
+const fanoutScanSQL = `SELECT ? AS sub, ? AS ord, seq AS eseq FROM events NOT INDEXED
+	WHERE seq > ? AND fanout IN (SELECT fanout FROM fanout_members WHERE ordinal = ?) ORDER BY seq LIMIT (? + 0)`
+
+// fanoutState is what the rows written from fanouts are: leased by a claim (token and lease
+// set), dead by the backlog cap, or held by a disable.
+type fanoutState struct {
+	status            Status
+	reason, lastError string
+	token             string
+	leaseUntil, now   int64
+}
+
+// allFanout is a fanoutTake.n for every delivery of the subscriber.
+const allFanout = 1 << 62
+
+// fanoutInsertSQL inserts the deliveries found (a fanoutSearch's query) as rows. Its first six
+// parameters are the rows' status, reason, last error, lease token, lease expiry, and now; a row's
+// due time, age and creation are its event's.
+func fanoutInsertSQL(found string, returning bool) string {
+	q := `INSERT INTO deliveries(seq, event_seq, subscriber_id, status, reason, last_error, next_attempt_at, age_from, lease_token,
+			lease_expires_at, created_at, updated_at)
+		SELECT (a.eseq << ` + fmt.Sprint(ordinalBits) + `) | a.ord, a.eseq, a.sub, ?1, ?2, ?3, e.created_at, e.created_at, ?4, ?5, e.created_at, ?6
+		FROM (` + found + `) AS a JOIN events e ON e.seq = a.eseq`
+	if returning {
+		q += ` RETURNING seq, event_seq, attempts, coalesce_key, age_from, subscriber_id`
+	}
+	return q
+}
+
+// fanoutRows writes the rows of takes' deliveries, leased (st), and returns them; the caller moves
+// each subscriber's cursor past them.
+func (s *Store) fanoutRows(ctx context.Context, tx *sql.Tx, takes []fanoutTake, st fanoutState) ([]claimedRow, error) {
+	if err := s.liveFanouts(ctx, tx, takes); err != nil {
+		return nil, err
+	}
+	var out []claimedRow
+	for _, f := range fanoutSearches(takes) {
+		rows, err := s.query(ctx, tx, fanoutInsertSQL(f.sql, true), append(st.args(), f.args...)...)
+		if err != nil {
+			return nil, fmt.Errorf("fan out: %w", err)
+		}
+		for rows.Next() {
+			var r claimedRow
+			if err := rows.Scan(&r.seq, &r.eventSeq, &r.attempts, &r.coalesceKey, &r.ageFrom, &r.subID); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out = append(out, r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (st fanoutState) args() []any {
+	return []any{string(st.status), st.reason, st.lastError, st.token, st.leaseUntil, st.now}
+}
+
+// fanoutSeqs returns the event seqs of the oldest deliveries of each take that are not rows yet,
+// oldest first, by subscriber.
+func (s *Store) fanoutSeqs(ctx context.Context, tx *sql.Tx, takes []fanoutTake) (map[string][]int64, error) {
+	if err := s.liveFanouts(ctx, tx, takes); err != nil {
+		return nil, err
+	}
+	out := map[string][]int64{}
+	for _, f := range fanoutSearches(takes) {
+		rows, err := s.query(ctx, tx, f.sql, f.args...)
+		if err != nil {
+			return nil, fmt.Errorf("fan out: %w", err)
+		}
+		for rows.Next() {
+			var sub string
+			var ordinal, seq int64
+			if err := rows.Scan(&sub, &ordinal, &seq); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out[sub] = append(out[sub], seq)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	for _, t := range takes {
+		seqs := out[t.sub]
+		slices.Sort(seqs)
+		out[t.sub] = seqs[:min(int64(len(seqs)), t.n)]
+	}
+	return out, nil
+}
+
+// settleFanout writes the oldest t.n deliveries of one subscriber that are not rows yet as rows in
+// state st (dead or held), moves its cursor to through (the newest of them, or any seq up to the
+// next of its events), and counts them out of pending.
+func (s *Store) settleFanout(ctx context.Context, tx *sql.Tx, t fanoutTake, st fanoutState, through int64) error {
+	takes := []fanoutTake{t}
+	if err := s.liveFanouts(ctx, tx, takes); err != nil {
+		return err
+	}
+	var n int64
+	for _, f := range fanoutSearches(takes) {
+		r, err := s.exec(ctx, tx, fanoutInsertSQL(f.sql, false), append(st.args(), f.args...)...)
+		if err != nil {
+			return fmt.Errorf("fan out: %w", err)
+		}
+		k, _ := r.RowsAffected()
+		n += k
+	}
+	if n == 0 {
+		return nil
+	}
+	if _, err := s.exec(ctx, tx, `UPDATE limiter SET cursor = max(cursor, ?) WHERE subscriber_id = ?`, through, t.sub); err != nil {
+		return err
+	}
+	c := countDeltas{}
+	c.move(t.sub, StatusPending, st.status, n)
+	return c.write(ctx, s, tx)
+}
+
+// fanoutTakeOf reads one subscriber's ordinal and cursor.
+func (s *Store) fanoutTakeOf(ctx context.Context, tx *sql.Tx, sub string, n int64) (fanoutTake, error) {
+	t := fanoutTake{sub: sub, n: n}
+	err := s.queryRow(ctx, tx, `SELECT s.ordinal, l.cursor FROM subscribers s JOIN limiter l ON l.subscriber_id = s.id WHERE s.id = ?`, sub).
+		Scan(&t.ordinal, &t.cursor)
+	return t, err
+}
+
+// firstCandidate is a pending first-attempt row that a claim or the backlog cap may take.
+type firstCandidate struct{ seq, eventSeq int64 }
+
+// oldestFirst picks, of a subscriber's first-attempt rows and its deliveries that are not rows yet
+// (event seqs, oldest first), the n of the oldest events: the rows' seqs, and how many of the
+// others with the newest of their event seqs.
+func oldestFirst(rows []firstCandidate, fanned []int64, n int64) (seqs []int64, fan, through int64) {
+	rows = slices.Clone(rows)
+	slices.SortFunc(rows, func(a, b firstCandidate) int { return cmp.Compare(a.eventSeq, b.eventSeq) })
+	for int64(len(seqs))+fan < n && (len(rows) > 0 || int(fan) < len(fanned)) {
+		if len(rows) > 0 && (int(fan) == len(fanned) || rows[0].eventSeq < fanned[fan]) {
+			seqs, rows = append(seqs, rows[0].seq), rows[1:]
+			continue
+		}
+		through = fanned[fan]
+		fan++
+	}
+	return seqs, fan, through
+}
+
+// hasFanoutSQL tells whether the subscriber of ordinal ?1 has a delivery that is not a row yet,
+// past its cursor ?2: one of its fanouts has an event past it.
+const hasFanoutSQL = `EXISTS (SELECT 1 FROM fanout_members m JOIN fanouts f ON f.id = m.fanout AND f.last_seq > ?2 WHERE m.ordinal = ?1)`
+
+// fanoutOldestSQL is the creation time of the oldest event past the cursor (l.cursor) of the
+// subscriber s, 0 if none: one index seek per fanout it is in with events past it.
+const fanoutOldestSQL = `coalesce((SELECT e.created_at FROM events e WHERE e.seq = (SELECT min((SELECT min(seq) FROM events INDEXED BY events_fanout
+	WHERE fanout = m.fanout AND fanout <> 0 AND seq > l.cursor)) FROM fanout_members m JOIN fanouts f ON f.id = m.fanout AND f.last_seq > l.cursor
+	WHERE m.ordinal = s.ordinal)), 0)`

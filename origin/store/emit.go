@@ -703,7 +703,7 @@ func (s *Store) trimBacklogs(ctx context.Context, tx *sql.Tx, pending map[string
 		if excess <= 0 {
 			continue
 		}
-		firsts, err := s.firstCandidates(ctx, tx, pendingFirstsSQL, id, excess)
+		firsts, err := s.pendingFirsts(ctx, tx, id, excess)
 		if err != nil {
 			return 0, err
 		}
@@ -731,14 +731,10 @@ func (s *Store) trimBacklogs(ctx context.Context, tx *sql.Tx, pending map[string
 	return total, nil
 }
 
-// pendingFirstsSQL selects up to ?2 pending first-attempt rows of subscriber ?1 (seq, event seq),
-// earliest due first.
-const pendingFirstsSQL = `SELECT seq, event_seq FROM deliveries INDEXED BY deliveries_due_first
-	WHERE subscriber_id = ?1 AND status = 'pending' AND attempts = 0 ORDER BY next_attempt_at LIMIT (?2 + 0)`
-
-// firstCandidates runs q, pendingFirstsSQL or one like it, for a subscriber.
-func (s *Store) firstCandidates(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]firstCandidate, error) {
-	rows, err := s.query(ctx, tx, q, args...)
+// pendingFirsts returns up to n pending first-attempt rows of a subscriber, earliest due first.
+func (s *Store) pendingFirsts(ctx context.Context, tx *sql.Tx, sub string, n int64) ([]firstCandidate, error) {
+	rows, err := s.query(ctx, tx, `SELECT seq, event_seq FROM deliveries INDEXED BY deliveries_due_first
+		WHERE subscriber_id = ?1 AND status = 'pending' AND attempts = 0 ORDER BY next_attempt_at LIMIT (?2 + 0)`, sub, n)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 )
 
 // harnessReport is what `make bench-harness` writes (edge/harness/bench_test.go).
@@ -72,9 +73,24 @@ type workerReport struct {
 	} `json:"bundle"`
 	Results []struct {
 		Concurrency int     `json:"concurrency"`
+		Requests    int     `json:"requests"` // to each worker
+		PerTurn     int     `json:"per_turn"` // requests in each of a worker's turns; 0 in older reports
 		GoRPS       float64 `json:"go_rps"`
 		JSRPS       float64 `json:"js_rps"`
 	} `json:"results"`
+}
+
+// sampling says how a worker report's requests/s were taken.
+func (w *workerReport) sampling() string {
+	var turns []string
+	for _, r := range w.Results {
+		if r.PerTurn == 0 {
+			return "median of rounds, each round Go then JS (an older report)"
+		}
+		turns = append(turns, fmt.Sprintf("at concurrency %d, %d requests to each in turns of %d", r.Concurrency, r.Requests, r.PerTurn))
+	}
+	return fmt.Sprintf("Go and JS take turns in the order Go JS, JS Go, ..., so that both see the same machine (%s); a "+
+		"worker's requests/s is its requests over the time of its turns", strings.Join(turns, "; "))
 }
 
 // edge merges the figures the edge areas' own benchmarks left in build/ (make bench runs them
@@ -122,8 +138,8 @@ func (b *bench) edge(context.Context) section {
 		}
 		s.notes = append(s.notes, fmt.Sprintf("Worker (%s, by `make bench-edge`): requests/s of the Go Worker (build/worker, app.wasm "+
 			"%d bytes, %d gzipped) and of a plain JS Worker doing the same KV reads and write and the same fetch to a "+
-			"subscriber on 127.0.0.1, in one Miniflare (workerd %s); median of rounds.",
-			b.cfg.edgeJSON, w.Bundle.WasmBytes, w.Bundle.WasmGzipBytes, w.Workerd))
+			"subscriber on 127.0.0.1, in one Miniflare (workerd %s); %s.",
+			b.cfg.edgeJSON, w.Bundle.WasmBytes, w.Bundle.WasmGzipBytes, w.Workerd, w.sampling()))
 	}
 	return s
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -511,7 +512,7 @@ func TestDueQueriesUseIndexes(t *testing.T) {
 		{prunableSQL, []any{1}, "deliveries_status_settled"},
 		{pendingRowsSQL("attempts = 0"), []any{1, 1, "a", 10}, "deliveries_due_first"},
 		{pendingRowsSQL("attempts > 0"), []any{1, 1, "a", 10}, "deliveries_due_retry"},
-		{`SELECT ` + hasFanoutSQL, []any{1, 0}, "fanout_members_ordinal"},
+		{`SELECT ` + hasFanoutSQL, []any{1, 0}, "fanouts_last"},
 		{`SELECT 1 FROM deliveries WHERE ` + diedBetweenSQL, []any{1, "a", 1, 2}, "deliveries_sub_settled"},
 	} {
 		rows, err := s.r.Query(`EXPLAIN QUERY PLAN `+tc.query, tc.args...)
@@ -571,5 +572,32 @@ func TestStaleClockDoesNotRefillTwice(t *testing.T) {
 		if got := len(claim(t, s, t0.Add(step.at), step.limit).Deliveries); got != step.want {
 			t.Fatalf("claim at +%s: %d, want %d", step.at, got, step.want)
 		}
+	}
+}
+
+// TestSubscriberCacheSurvivesARollback: a transaction that changes a subscriber and loads emit's
+// cache of subscribers (a settle's 410 disable, then its claim) may roll back; the next change
+// committed must still reach emit.
+func TestSubscriberCacheSurvivesARollback(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	boom := errors.New("rollback")
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := s.setStateTx(ctx, tx, "a", StateDisabled, "gone", 0); err != nil {
+			return err
+		}
+		if _, err := s.matchingSubscribers(ctx, tx); err != nil { // as claimTx does after a settle
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatal(err)
+	}
+	mustSub(t, s, SubscriberInput{ID: "b"}) // commits the same version number
+	if res := mustEmit(t, s, "e1", "t", `{}`); res.Deliveries != 2 {
+		t.Errorf("emit made %d deliveries, want 2 (a is active, b is new)", res.Deliveries)
 	}
 }

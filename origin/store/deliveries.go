@@ -144,12 +144,12 @@ const rowsPageSQL = `SELECT ` + deliveryColumns + ` FROM deliveries d JOIN event
 // fanoutPageSQL and fanoutPageOrder list the deliveries that are not rows yet, around the
 // caller's conditions: newest event first (the view's outer loop), then a partial sort of each
 // event's few deliveries, so a page reads only as far back as it shows. Every such delivery is past
-// its subscriber's cursor, and its subscriber has deliveries pending: the walk stops at the oldest
-// cursor of those (at the newest event when none has).
-const (
+// its subscriber's cursor, in a fanout with events past it: the walk stops at the oldest cursor of
+// the subscribers with such a fanout (at the newest event when none has).
+var (
 	fanoutPageSQL = `SELECT ` + deliveryColumns + ` FROM fanout_deliveries d JOIN events e ON e.seq = d.event_seq
-		WHERE d.event_seq > coalesce((SELECT min(l.cursor) FROM limiter l JOIN queue_counts q ON q.subscriber_id = l.subscriber_id
-			AND q.status = 'pending' AND q.n > 0), (SELECT max(seq) FROM events), 0)`
+		WHERE d.event_seq > coalesce((SELECT min(l.cursor) FROM limiter l JOIN subscribers s ON s.id = l.subscriber_id
+			WHERE ` + fanoutLive("s.ordinal", "l.cursor") + `), (SELECT max(seq) FROM events), 0)`
 	fanoutPageOrder = ` ORDER BY d.event_seq DESC, d.seq DESC LIMIT ?`
 )
 

@@ -89,7 +89,9 @@ func (s *Store) liveFanouts(ctx context.Context, tx *sql.Tx, takes []fanoutTake)
 		oldest, ordinals[i] = min(oldest, t.cursor), t.ordinal
 	}
 	list, _ := json.Marshal(ordinals)
-	rows, err := s.query(ctx, tx, `SELECT m.ordinal, f.id, f.last_seq FROM fanouts f JOIN fanout_members m ON m.fanout = f.id
+	// From the fanouts with events past the oldest cursor: a subscriber's memberships grow with
+	// every change of the subscribers (never deleted), its live fanouts do not.
+	rows, err := s.query(ctx, tx, `SELECT m.ordinal, f.id, f.last_seq FROM fanouts f INDEXED BY fanouts_last CROSS JOIN fanout_members m ON m.fanout = f.id
 		WHERE f.last_seq > ?1 AND m.ordinal IN (SELECT value FROM json_each(?2))`, oldest, string(list))
 	if err != nil {
 		return err
@@ -347,12 +349,19 @@ func oldestFirst(rows []firstCandidate, fanned []int64, n int64) (seqs []int64, 
 	return seqs, fan, through
 }
 
-// hasFanoutSQL tells whether the subscriber of ordinal ?1 has a delivery that is not a row yet,
-// past its cursor ?2: one of its fanouts has an event past it.
-const hasFanoutSQL = `EXISTS (SELECT 1 FROM fanout_members m JOIN fanouts f ON f.id = m.fanout AND f.last_seq > ?2 WHERE m.ordinal = ?1)`
+// fanoutLive tells whether the subscriber of an ordinal has a delivery that is not a row yet past
+// a cursor (SQL expressions): one of its fanouts has an event past it. It reads the fanouts
+// written to since the cursor, not the subscriber's every membership (as liveFanouts).
+func fanoutLive(ordinal, cursor string) string {
+	return `EXISTS (SELECT 1 FROM fanouts f INDEXED BY fanouts_last CROSS JOIN fanout_members m ON m.fanout = f.id AND m.ordinal = ` +
+		ordinal + ` WHERE f.last_seq > ` + cursor + `)`
+}
+
+// hasFanoutSQL is fanoutLive of ordinal ?1 and cursor ?2.
+var hasFanoutSQL = fanoutLive("?1", "?2")
 
 // fanoutOldestSQL is the creation time of the oldest event past the cursor (l.cursor) of the
 // subscriber s, 0 if none: one index seek per fanout it is in with events past it.
 const fanoutOldestSQL = `coalesce((SELECT e.created_at FROM events e WHERE e.seq = (SELECT min((SELECT min(seq) FROM events INDEXED BY events_fanout
-	WHERE fanout = m.fanout AND fanout <> 0 AND seq > l.cursor)) FROM fanout_members m JOIN fanouts f ON f.id = m.fanout AND f.last_seq > l.cursor
-	WHERE m.ordinal = s.ordinal)), 0)`
+	WHERE fanout = m.fanout AND fanout <> 0 AND seq > l.cursor)) FROM fanouts f INDEXED BY fanouts_last CROSS JOIN fanout_members m
+	ON m.fanout = f.id AND m.ordinal = s.ordinal WHERE f.last_seq > l.cursor)), 0)`

@@ -424,3 +424,48 @@ func TestAnOlderBinaryWritesClearOfFanoutSeqs(t *testing.T) {
 		t.Fatalf("claimed %d, want the 2 fanout deliveries and the older binary's row", len(res.Deliveries))
 	}
 }
+
+// TestBacklogCapPrefersAResumedOlderRow: the cap takes its row candidates earliest due first,
+// then merges them by event. A resumed row keeps its earlier due time, so an older event's row,
+// held and resumed, is dead-lettered before a newer one's rescued from an expired lease.
+func TestBacklogCapPrefersAResumedOlderRow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{BacklogCap: 3})
+	mustSub(t, s, SubscriberInput{ID: "s"})
+	mustEmit(t, s, "e0", "t", `{}`)
+	clk.Advance(time.Millisecond)
+	mustEmit(t, s, "e1", "t", `{}`)
+	res := claim(t, s, clk.Now(), 2)
+	for _, c := range res.Deliveries {
+		if c.Event.ID == "e0" {
+			settle(t, s, clk.Now(), done(c, ResultRelease))
+		}
+	}
+	clk.Advance(time.Second)
+	if _, err := s.setState(ctx, "s", StateDisabled, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ResumeSubscriber(ctx, "s"); err != nil { // e0 due now
+		t.Fatal(err)
+	}
+	if _, err := s.PauseSubscriber(ctx, "s", "x"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(2 * time.Minute)
+	claim(t, s, clk.Now(), 1) // rescues e1's lease: pending, due at its emit
+	mustEmit(t, s, "e2", "t", `{}`)
+	mustEmit(t, s, "e3", "t", `{}`)
+	page, err := s.ListDeliveries(ctx, DeliveryFilter{Status: StatusDead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range page.Deliveries {
+		if d.EventID != "e0" {
+			t.Errorf("dead-lettered %s, want the oldest, e0", d.EventID)
+		}
+	}
+	if len(page.Deliveries) != 1 {
+		t.Errorf("%d dead, want 1", len(page.Deliveries))
+	}
+}

@@ -176,9 +176,12 @@ func encodeSettings(in *SubscriberInput) (events, headers, coalesce string) {
 	return string(e), string(h), coalesce
 }
 
-// bumpSubscribersVersion invalidates every process's cache of subscribers used by emit.
+// bumpSubscribersVersion invalidates every process's cache of subscribers used by emit. The new
+// version is random, not the old one + 1: a transaction that changed a subscriber and loaded the
+// cache (a settle's disable, then its claim) may still roll back, and the next change would give
+// the same number again, which the cache would take for the list it holds.
 func bumpSubscribersVersion(ctx context.Context, tx *sql.Tx) error {
-	_, err := tx.ExecContext(ctx, `UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'subscribers_version'`)
+	_, err := tx.ExecContext(ctx, `UPDATE meta SET value = hex(randomblob(8)) WHERE key = 'subscribers_version'`)
 	return err
 }
 
@@ -421,8 +424,10 @@ func (s *Store) setStateTx(ctx context.Context, tx *sql.Tx, id string, state Sta
 		}
 		err = s.settleFanout(ctx, tx, t, fanoutState{status: StatusHeld, reason: reason, now: now}, through)
 	case StateActive:
-		if _, err = tx.ExecContext(ctx, `UPDATE deliveries SET status = 'pending', reason = '', next_attempt_at = ?, updated_at = ?
-			WHERE subscriber_id = ? AND status = 'held' AND `+subSettledSQL, now, now, id); err != nil {
+		// A held row keeps an earlier due time: among first attempts, due order stays event order
+		// (the backlog cap and claims take the earliest due first).
+		if _, err = tx.ExecContext(ctx, `UPDATE deliveries SET status = 'pending', reason = '', next_attempt_at = min(next_attempt_at, ?1), updated_at = ?1
+			WHERE subscriber_id = ?2 AND status = 'held' AND `+subSettledSQL, now, id); err != nil {
 			return err
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE limiter SET paused_until = 0, consecutive_failures = 0, circuit = 'closed',

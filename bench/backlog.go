@@ -58,7 +58,7 @@ func (b *bench) backlog(ctx context.Context) section {
 	batch := fmt.Sprintf("claim a batch of %d", engine.DefaultBatchSize)
 	s.figures = append(s.figures,
 		fig("pending deliveries", float64(events*n), ""),
-		fig("filled at (rows/s, store batch emit)", float64(events*n)/took.Seconds(), "/s"),
+		fig("filled at (deliveries/s, store batch emit)", float64(events*n)/took.Seconds(), "/s"),
 		fig("database size", float64(size)/mb, "MB"),
 		fig(batch+", p50", msOf(percentile(claims, 0.5)), "ms"),
 		fig(batch+", p95", msOf(percentile(claims, 0.95)), "ms").atMost(5, "≤ 5 ms"),

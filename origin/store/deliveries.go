@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// deliveryID renders the public id of a delivery row.
+// deliveryID renders the public id of the delivery of seq, a row or not (deliverySeqOf).
 func (s *Store) deliveryID(seq int64) string {
 	return "dlv_" + s.storeID + "_" + strconv.FormatInt(seq, 10)
 }

@@ -410,11 +410,16 @@ func (s *Store) claimFirsts(ctx context.Context, tx *sql.Tx, asks []claimAsk, by
 		}
 	}
 	takes := make([]fanoutTake, len(asks))
-	var mixed []fanoutTake
 	for i, a := range asks {
 		takes[i] = fanoutTake{sub: a.c.id, ordinal: a.c.ordinal, cursor: a.c.cursor, n: int64(a.n)}
-		if len(rows[a.c.id]) > 0 {
-			mixed = append(mixed, takes[i])
+	}
+	if err := s.liveFanouts(ctx, tx, takes); err != nil {
+		return nil, err
+	}
+	var mixed []fanoutTake
+	for _, t := range takes {
+		if len(rows[t.sub]) > 0 {
+			mixed = append(mixed, t)
 		}
 	}
 	var seqs []int64
@@ -490,17 +495,21 @@ func (s *Store) claimKind(ctx context.Context, tx *sql.Tx, q string, args []any)
 // to be compiled again whenever that parameter is bound anew, that is on every run (half of a
 // claim's CPU went to recompiling).
 func dueSearchesSQL(kind string, n int, cols string) string {
-	index := "deliveries_due_first"
-	if kind != "attempts = 0" {
-		index = "deliveries_due_retry"
-	}
-	search := `SELECT ` + cols + ` FROM (SELECT ` + cols + ` FROM deliveries INDEXED BY ` + index + ` WHERE subscriber_id = ? AND status = 'pending' AND ` + kind + `
+	search := `SELECT ` + cols + ` FROM (SELECT ` + cols + ` FROM deliveries INDEXED BY ` + dueIndex(kind) + ` WHERE subscriber_id = ? AND status = 'pending' AND ` + kind + `
 		AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT (? + 0))`
 	searches := make([]string, n)
 	for i := range searches {
 		searches[i] = search
 	}
 	return strings.Join(searches, " UNION ALL ")
+}
+
+// dueIndex is the partial index of pending rows of one kind ("attempts = 0" or "attempts > 0").
+func dueIndex(kind string) string {
+	if kind == "attempts = 0" {
+		return "deliveries_due_first"
+	}
+	return "deliveries_due_retry"
 }
 
 // dueFirstsSQL finds the due first-attempt rows of n subscribers (subscriber, seq, event seq).

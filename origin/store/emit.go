@@ -643,11 +643,7 @@ const supersedeSQL = `UPDATE deliveries INDEXED BY deliveries_coalesce SET statu
 // them without a sort (pending rows are in no other index by subscriber). The limit is (?4 + 0) so
 // the prepared statement is not compiled again at every run (see dueSearchesSQL).
 func pendingRowsSQL(kind string) string {
-	index := "deliveries_due_first"
-	if kind != "attempts = 0" {
-		index = "deliveries_due_retry"
-	}
-	return `SELECT seq FROM deliveries INDEXED BY ` + index + ` WHERE subscriber_id = ?3 AND status = 'pending' AND ` + kind + `
+	return `SELECT seq FROM deliveries INDEXED BY ` + dueIndex(kind) + ` WHERE subscriber_id = ?3 AND status = 'pending' AND ` + kind + `
 		ORDER BY next_attempt_at LIMIT (?4 + 0)`
 }
 

@@ -68,7 +68,8 @@ var markFanoutsSQL = chunkSQL(2, func(values string) string {
 })
 
 // fanoutTake is one subscriber's part in a fanout search: up to n of its oldest deliveries that
-// are not rows yet, past its cursor, in the fanouts it is in that have events past it.
+// are not rows yet, past its cursor, in the fanouts it is in that have events past it. The
+// searches (fanoutRows, fanoutSeqs, settleFanout) take it with its fanouts set by liveFanouts.
 type fanoutTake struct {
 	sub             string
 	ordinal, cursor int64
@@ -230,27 +231,13 @@ func fanoutInsertSQL(found string, returning bool) string {
 // fanoutRows writes the rows of takes' deliveries, leased (st), and returns them; the caller moves
 // each subscriber's cursor past them.
 func (s *Store) fanoutRows(ctx context.Context, tx *sql.Tx, takes []fanoutTake, st fanoutState) ([]claimedRow, error) {
-	if err := s.liveFanouts(ctx, tx, takes); err != nil {
-		return nil, err
-	}
 	var out []claimedRow
 	for _, f := range fanoutSearches(takes) {
-		rows, err := s.query(ctx, tx, fanoutInsertSQL(f.sql, true), append(st.args(), f.args...)...)
+		got, err := s.claimKind(ctx, tx, fanoutInsertSQL(f.sql, true), append(st.args(), f.args...))
 		if err != nil {
-			return nil, fmt.Errorf("fan out: %w", err)
-		}
-		for rows.Next() {
-			var r claimedRow
-			if err := rows.Scan(&r.seq, &r.eventSeq, &r.attempts, &r.coalesceKey, &r.ageFrom, &r.subID); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			out = append(out, r)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return nil, err
 		}
+		out = append(out, got...)
 	}
 	return out, nil
 }
@@ -262,9 +249,6 @@ func (st fanoutState) args() []any {
 // fanoutSeqs returns the event seqs of the oldest deliveries of each take that are not rows yet,
 // oldest first, by subscriber.
 func (s *Store) fanoutSeqs(ctx context.Context, tx *sql.Tx, takes []fanoutTake) (map[string][]int64, error) {
-	if err := s.liveFanouts(ctx, tx, takes); err != nil {
-		return nil, err
-	}
 	out := map[string][]int64{}
 	for _, f := range fanoutSearches(takes) {
 		rows, err := s.query(ctx, tx, f.sql, f.args...)
@@ -297,12 +281,8 @@ func (s *Store) fanoutSeqs(ctx context.Context, tx *sql.Tx, takes []fanoutTake) 
 // state st (dead or held), moves its cursor to through (the newest of them, or any seq up to the
 // next of its events), and counts them out of pending.
 func (s *Store) settleFanout(ctx context.Context, tx *sql.Tx, t fanoutTake, st fanoutState, through int64) error {
-	takes := []fanoutTake{t}
-	if err := s.liveFanouts(ctx, tx, takes); err != nil {
-		return err
-	}
 	var n int64
-	for _, f := range fanoutSearches(takes) {
+	for _, f := range fanoutSearches([]fanoutTake{t}) {
 		r, err := s.exec(ctx, tx, fanoutInsertSQL(f.sql, false), append(st.args(), f.args...)...)
 		if err != nil {
 			return fmt.Errorf("fan out: %w", err)
@@ -321,12 +301,15 @@ func (s *Store) settleFanout(ctx context.Context, tx *sql.Tx, t fanoutTake, st f
 	return c.write(ctx, s, tx)
 }
 
-// fanoutTakeOf reads one subscriber's ordinal and cursor.
+// fanoutTakeOf reads one subscriber's ordinal, cursor and live fanouts.
 func (s *Store) fanoutTakeOf(ctx context.Context, tx *sql.Tx, sub string, n int64) (fanoutTake, error) {
-	t := fanoutTake{sub: sub, n: n}
+	takes := []fanoutTake{{sub: sub, n: n}}
 	err := s.queryRow(ctx, tx, `SELECT s.ordinal, l.cursor FROM subscribers s JOIN limiter l ON l.subscriber_id = s.id WHERE s.id = ?`, sub).
-		Scan(&t.ordinal, &t.cursor)
-	return t, err
+		Scan(&takes[0].ordinal, &takes[0].cursor)
+	if err != nil {
+		return fanoutTake{}, err
+	}
+	return takes[0], s.liveFanouts(ctx, tx, takes)
 }
 
 // firstCandidate is a pending first-attempt row that a claim or the backlog cap may take.

@@ -515,25 +515,34 @@ func TestDueQueriesUseIndexes(t *testing.T) {
 		{`SELECT ` + hasFanoutSQL, []any{1, 0}, "fanouts_last"},
 		{`SELECT 1 FROM deliveries WHERE ` + diedBetweenSQL, []any{1, "a", 1, 2}, "deliveries_sub_settled"},
 	} {
-		rows, err := s.r.Query(`EXPLAIN QUERY PLAN `+tc.query, tc.args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var plan []string
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, detail)
-		}
-		rows.Close()
-		joined := strings.Join(plan, "; ")
+		joined := queryPlan(t, s, tc.query, tc.args...)
 		if !strings.Contains(joined, "INDEX "+tc.index+" ") || strings.Contains(joined, "TEMP B-TREE") {
 			t.Errorf("plan for %q is %q, want a search on %s without a sort", tc.query, joined, tc.index)
 		}
 	}
+}
+
+// queryPlan returns SQLite's plan for q, its steps joined by "; ".
+func queryPlan(t *testing.T, s *Store, q string, args ...any) string {
+	t.Helper()
+	rows, err := s.r.Query(`EXPLAIN QUERY PLAN `+q, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(plan, "; ")
 }
 
 // TestTwoHandlesShareLeasesAndBuckets opens the file twice, as two processes would, and checks a

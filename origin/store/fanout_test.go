@@ -243,31 +243,13 @@ func TestOrdinalsRunOut(t *testing.T) {
 func TestFanoutQueriesStayOnTheirIndexes(t *testing.T) {
 	t.Parallel()
 	s, _ := open(t, Options{})
-	plan := func(q string, args ...any) string {
-		t.Helper()
-		rows, err := s.r.Query(`EXPLAIN QUERY PLAN `+q, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		var out []string
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, detail)
-		}
-		return strings.Join(out, "; ")
-	}
 	for _, several := range []bool{false, true} {
-		claimPlan := plan(fanoutInsertSQL(fanoutFoundSQL(2, several), true), "leased", "", "", "t", 1, 1, "a", 0, 10, 1, 0, 10, "b", 1, 10, 1, 0, 10)
+		claimPlan := queryPlan(t, s, fanoutInsertSQL(fanoutFoundSQL(2, several), true), "leased", "", "", "t", 1, 1, "a", 0, 10, 1, 0, 10, "b", 1, 10, 1, 0, 10)
 		if strings.Count(claimPlan, "COVERING INDEX events_fanout (fanout=? AND seq>?)") != 2 {
 			t.Errorf("claim plan (several %v) %q, want two searches of events_fanout", several, claimPlan)
 		}
 	}
-	if p := plan(fanoutScanSQL, "a", 0, 5, 0, 10); !strings.Contains(p, "SCAN events") && !strings.Contains(p, "SEARCH events USING INTEGER PRIMARY KEY (rowid>?)") ||
+	if p := queryPlan(t, s, fanoutScanSQL, "a", 0, 5, 0, 10); !strings.Contains(p, "SCAN events") && !strings.Contains(p, "SEARCH events USING INTEGER PRIMARY KEY (rowid>?)") ||
 		strings.Contains(p, "TEMP B-TREE") {
 		t.Errorf("scan plan %q, want the events past the cursor in seq order", p)
 	}
@@ -276,7 +258,7 @@ func TestFanoutQueriesStayOnTheirIndexes(t *testing.T) {
 		if cond != "" {
 			args = []any{"a", 101}
 		}
-		p := plan(fanoutPageSQL+cond+fanoutPageOrder, args...)
+		p := queryPlan(t, s, fanoutPageSQL+cond+fanoutPageOrder, args...)
 		if !strings.HasPrefix(p, "SEARCH e USING INTEGER PRIMARY KEY (rowid>?)") || strings.Contains(p, "TEMP B-TREE FOR ORDER BY") {
 			t.Errorf("listing plan%s: %q, want the newest events first and no whole sort", cond, p)
 		}

@@ -10,10 +10,11 @@ import (
 // NewDirectTransport returns the http.RoundTripper direct-mode deliveries are sent with: plain-http
 // requests with a body of known size up to 8 KiB and an ASCII host go out on the caller's
 // goroutine over HTTP/1.1 keep-alive connections (h1Transport, on platforms where it can peek at
-// an idle connection); https and every other request go through net/http's Transport. Its idle connections are closed with its CloseIdleConnections method (assert
-// interface{ CloseIdleConnections() }). Its dialer refuses loopback, private and other
-// internal addresses that are not in allow, as the engine's does with Config.AllowNetworks, and it
-// keeps at most maxIdlePerHost idle connections per host (the engine keeps Config.Workers).
+// an idle connection); https and every other request go through net/http's Transport. Its idle
+// connections are closed with its CloseIdleConnections method (assert interface{
+// CloseIdleConnections() }). Its dialer refuses loopback, private and other internal addresses
+// that are not in allow, as the engine's does with Config.AllowNetworks, and it keeps at most
+// maxIdlePerHost idle connections per host (the engine keeps Config.Workers).
 //
 // It is exported for the benchmark: issue 7's ceiling is raw POSTs "from the same client code" as
 // the deliveries, so bench's ceiling client sends through this rather than through a copy or

@@ -149,10 +149,10 @@ func (s *Store) commitLoop() {
 // frames of the pages every commit rewrites. Taking only what was already queued, make bench's 32
 // single-event clients were committed about 4 events at a time. A millisecond suited the commits
 // of one row per delivery; since an event is one row (fan-out at claim) half of it commits as
-// often as the clients need: 11,300–11,700 events/s instead of 8,900–9,900 (make bench's emit, three
-// alternated pairs on a quiet machine), at 16 % more commits and 8 % more CPU for 32 callers
-// pacing 3,000 events/s between them (none at 300 or 1,000/s). An event is still acknowledged only
-// after its group committed.
+// often as the clients need: 11,300–11,700 events/s instead of 8,900–9,900 (make bench's emit,
+// three alternated pairs on a quiet machine), at 16 % more commits and 8 % more CPU for 32 callers
+// pacing 3,000 events/s between them (none at 300 or 1,000/s). An event is still acknowledged
+// only after its group committed.
 const gatherWindow = 500 * time.Microsecond
 
 // gather collects the requests queued behind first, up to MaxBatchEvents events. When the last
@@ -556,7 +556,8 @@ func valuesSQL(n, k int) string {
 // insertEventsSQL inserts events (seq, id, type, body, hash, coalesce key, fanout id or 0).
 var insertEventsSQL = insertSQL("events", "seq, id, type, body, body_hash, coalesce_key, fanout, created_at", 7, "t.now")
 
-// insertDeliveriesSQL inserts deliveries (seq, event seq, subscriber, status, coalesce key) due now.
+// insertDeliveriesSQL inserts deliveries (seq, event seq, subscriber, status, coalesce key) due
+// now.
 var insertDeliveriesSQL = insertSQL("deliveries",
 	"seq, event_seq, subscriber_id, status, coalesce_key, next_attempt_at, age_from, created_at, updated_at", 5,
 	"t.now, t.now, t.now, t.now")

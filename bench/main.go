@@ -98,7 +98,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.latencyFor, "latency-for", 20*time.Second, "latency: how long")
 	fs.DurationVar(&c.deliverWait, "deliver-wait", 20*time.Second, "latency, isolation: how long deliveries may still arrive after the last emit")
 	fs.Float64Var(&c.isoRate, "isolation-rate", 25, "isolation: events per second, one the engine sustains")
-	fs.DurationVar(&c.isoFor, "isolation-for", 10*time.Second, "isolation: how long each of the two runs lasts")
+	fs.DurationVar(&c.isoFor, "isolation-for", 10*time.Second, "isolation: how long each run lasts (two conditions, alternated twice)")
 	fs.Float64Var(&c.rate, "rate", 50, "rate limit: the subscriber's rate per second")
 	fs.IntVar(&c.burst, "burst", 10, "rate limit: the subscriber's burst")
 	fs.DurationVar(&c.rateFor, "rate-for", 20*time.Second, "rate limit: the measured window")

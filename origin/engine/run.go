@@ -200,12 +200,10 @@ func (r *run) loop(ctx context.Context, daemon bool) {
 func (r *run) claim(ctx context.Context) claimOutcome {
 	r.writer.Lock()
 	defer r.writer.Unlock()
-	for _, ch := range []chan struct{}{r.freed, r.capFreed, r.settleClaimed} {
-		select {
-		case <-ch: // stale: this claim sees those slots free (slots freed later signal again)
-		default:
-		}
+	for _, ch := range []<-chan struct{}{r.freed, r.capFreed, r.settleClaimed} {
+		drop(ch) // stale: this claim sees those slots free (slots freed later signal again)
 	}
+	drop(r.e.st.Wake())
 	out := claimOutcome{limit: min(cap(r.slots)-len(r.slots), r.e.cfg.BatchSize)}
 	out.res, out.err = r.e.st.Claim(ctx, r.claimParams(out.limit))
 	out.atCap = r.dispatch(out.res.Deliveries)
@@ -342,6 +340,7 @@ func (r *run) completer() {
 func (r *run) settleAndClaim(batch []store.Settlement) bool {
 	out := claimOutcome{limit: min(cap(r.slots)-len(r.slots)+len(batch), r.e.cfg.BatchSize)}
 	var stale int
+	drop(r.e.st.Wake())
 	stale, out.res, out.err = r.e.st.SettleAndClaim(context.Background(), r.e.cfg.Now(), r.policy(), batch, r.claimParams(out.limit))
 	if out.err != nil {
 		r.e.log.Warn("settle and claim failed; settling alone", "err", out.err)
@@ -401,6 +400,16 @@ func (r *run) activeSubscribers(ctx context.Context) int {
 		}
 	}
 	return r.active
+}
+
+// drop takes a pending signal off ch, if there is one. A claim drops the store's wake-up: it sees
+// every emit committed before it, and an emit committed after signals again. Left pending, it
+// woke the loop for an empty claim transaction after the claim that had taken the emit.
+func drop(ch <-chan struct{}) {
+	select {
+	case <-ch:
+	default:
+	}
 }
 
 // signal wakes whoever waits on ch, without blocking (signals coalesce).

@@ -76,3 +76,33 @@ func TestWakeRereadsActiveSubscribers(t *testing.T) {
 	e.eng.Wake()
 	count(1, "a pause and Wake")
 }
+
+// TestClaimTakesTheWakeOfWhatItClaims: a claim sees every emit committed before it, so it takes
+// their pending wake-up with it; left pending, it woke the loop for an empty claim transaction.
+func TestClaimTakesTheWakeOfWhatItClaims(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{PollInterval: time.Hour})
+	k := newSink(t, func(w http.ResponseWriter, _ *recorded) { w.WriteHeader(http.StatusNoContent) })
+	e.sub(store.SubscriberInput{URL: k.URL})
+	r := e.eng.newRun(false, nil)
+	defer func() {
+		close(r.jobs)
+		r.sends.Wait()
+		r.cancelSends()
+	}()
+	e.emit("first", "t", `{}`)
+	select {
+	case <-e.st.Wake():
+	default:
+		t.Fatal("an emit for an active subscriber signalled no wake-up")
+	}
+	e.emit("second", "t", `{}`)
+	if out := r.claim(context.Background()); out.err != nil || len(out.res.Deliveries) != 2 {
+		t.Fatalf("claim: %d deliveries, err %v; want both emits' deliveries", len(out.res.Deliveries), out.err)
+	}
+	select {
+	case <-e.st.Wake():
+		t.Fatal("the claim left the wake-up of the emit it claimed pending")
+	default:
+	}
+}

@@ -149,12 +149,22 @@ func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, cl claimPlan, moves cou
 	if err != nil {
 		return res, err
 	}
+	// The first pass shares the limit among the candidates that can take anything: counting those
+	// at their cap or out of tokens too gave the others a share too small, and a second pass (its
+	// searches and insert again) in most claims of a drain, where a settle frees places of a few
+	// subscribers only.
+	able := 0
+	for _, c := range cands {
+		if c.budget > 0 {
+			able++
+		}
+	}
 	remaining := cl.limit
 	var rows []claimedRow
 	for pass := 0; pass < 2 && remaining > 0; pass++ {
 		share := remaining
 		if pass == 0 {
-			share = max(1, cl.limit/max(1, len(cands)))
+			share = max(1, cl.limit/max(1, able))
 		}
 		var asks []claimAsk
 		left := remaining

@@ -11,20 +11,22 @@ NPX ?= npx --no-install
 
 .PHONY: worker test-edge bench-edge npm-deps
 
-# The Worker bundle: the generated assets, the Go (or TinyGo) build and our loader (index.mjs).
+# The Worker bundle: the generated assets, the Go (or TinyGo) build and our loader (index.mjs, with
+# the requestid.mjs it imports).
 # The generator wipes its output directory, so it runs first and owns only build/worker.
+copy-loader = cp edge/cmd/worker/loader.mjs $(WORKER_DIR)/index.mjs && cp edge/cmd/worker/requestid.mjs $(WORKER_DIR)/
 ifeq ($(TINYGO),1)
 # Untested here: TinyGo cannot be installed on these machines.
 worker:
 	@command -v tinygo >/dev/null || { echo "make worker TINYGO=1: tinygo is not on PATH" >&2; exit 1; }
 	$(GO) tool workers-assets-gen -mode tinygo -o $(WORKER_DIR)
 	tinygo build -o $(WORKER_DIR)/app.wasm -target wasm -no-debug ./edge/cmd/worker
-	cp edge/cmd/worker/loader.mjs $(WORKER_DIR)/index.mjs
+	$(copy-loader)
 else
 worker:
 	$(GO) tool workers-assets-gen -mode go -o $(WORKER_DIR)
 	GOOS=js GOARCH=wasm $(GO) build -trimpath -ldflags '-s -w' -o $(WORKER_DIR)/app.wasm ./edge/cmd/worker
-	cp edge/cmd/worker/loader.mjs $(WORKER_DIR)/index.mjs
+	$(copy-loader)
 endif
 
 # npm ci when node_modules is missing or older than the lockfile. A registry download can stall

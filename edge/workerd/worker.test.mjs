@@ -1,7 +1,7 @@
 // The Worker bundle's own behaviour in workerd, beyond the shared scenarios: a KV bulk file made by
 // the Go encoder and loaded by the real `wrangler kv bulk put`; concurrent requests on the one
-// long-lived Go instance; bodies far larger than the JS/Go crossing's buffers; failing KV; a
-// missing secret.
+// long-lived Go instance; a client that goes away mid-forward; bodies far larger than the JS/Go
+// crossing's buffers; failing KV; a missing secret.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
@@ -10,6 +10,7 @@ import http from "node:http";
 import os from "node:os";
 import path from "node:path";
 import { after, before, beforeEach, describe, test } from "node:test";
+import { setTimeout as delay } from "node:timers/promises";
 import { promisify } from "node:util";
 import { Miniflare } from "miniflare";
 import { bundleOptions, buildRequest, loadSuite, quiet, root, startSubscriber, startWorker, suiteVars } from "./lib.mjs";
@@ -116,6 +117,65 @@ describe("one Go instance under concurrent requests", () => {
       }
     }
   });
+});
+
+test("a client that goes away mid-forward: the forward still ends, its dedup mark is written, a retry is a duplicate", { timeout: 60_000 }, async () => {
+  // The subscriber holds its answer until told, and notes whether the edge cut the forward's
+  // connection before that (what Workers does to a request's work not covered by ctx.waitUntil).
+  let arrived, release;
+  const forwarded = new Promise((resolve) => (arrived = resolve));
+  let cut, received = 0;
+  const edgeCut = new Promise((resolve) => (cut = resolve));
+  const server = http.createServer((req, res) => {
+    req.resume();
+    req.on("end", () => {
+      received++;
+      res.on("close", () => res.writableFinished || cut());
+      release = () => res.end("ok");
+      arrived();
+    });
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const mf = startWorker(suiteVars(suite));
+  try {
+    const subs = await mf.getKVNamespace("SUBSCRIBERS");
+    const url = `http://127.0.0.1:${server.address().port}/hooks/cut`;
+    await subs.put("sub:sub_cut", JSON.stringify({ url, timeout_ms: 30_000, active: true }));
+
+    // The client resets its connection (RST) once the forward is at the subscriber. A plain close
+    // (FIN), which is what aborting a fetch or http request sends, is not noticed by workerd until
+    // it writes the answer (its HTTP server watches the socket for hang-up or error only), so the
+    // request would not be cancelled and this test could not fail; a reset is noticed at once.
+    const req = signed("del_cut_1", "sub_cut");
+    const client = http.request(await mf.ready, { method: "POST", headers: { ...req.headers, "content-length": req.body.length } });
+    const clientGone = new Promise((resolve) => client.on("error", resolve));
+    client.end(req.body);
+    await forwarded;
+    client.socket.resetAndDestroy();
+    assert.equal((await clientGone).code, "ECONNRESET");
+    // A cancellation shows as the edge closing the forward's connection, here within a millisecond
+    // of the reset; the subscriber waits a second for it before answering.
+    const cancelled = await Promise.race([edgeCut.then(() => true), delay(1000).then(() => false)]);
+    release();
+
+    const dedup = await mf.getKVNamespace("DEDUP");
+    let mark = null;
+    for (let i = 0; i < 100 && mark === null; i++) {
+      mark = await dedup.get("d:del_cut_1");
+      if (mark === null) await delay(50);
+    }
+    assert.match(String(mark), /^\d+$/, `dedup mark after the client left (the edge cut the forward: ${cancelled})`);
+    assert.equal(cancelled, false, "the edge cut the forward when the client left");
+
+    // The origin's retry is answered from the mark and not forwarded again.
+    const again = await mf.dispatchFetch("http://edge.test/", signed("del_cut_1", "sub_cut"));
+    assert.deepEqual([again.status, again.headers.get("edgehook-outcome")], [200, "duplicate"], await again.text());
+    assert.equal(received, 1);
+  } finally {
+    await mf.dispose();
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  }
 });
 
 // DEDUP for the next tests: a wrapped binding (same isolate, plain JS calls) over a real KV

@@ -15,6 +15,7 @@
 // value cannot hold a newline). All decisions stay in Go (edge/relay).
 import "./wasm_exec.js";
 import { createRuntimeContext, loadModule } from "./runtime.mjs";
+import { nextRequestId } from "./requestid.mjs";
 
 // The library's Go code calls globalThis.tryCatch.
 globalThis.tryCatch = (fn) => {
@@ -170,7 +171,7 @@ const readResult = (p) =>
 // Requests handed to Go and not yet answered, by id: their method, headers and body until Go
 // takes them (io.take), and the function that answers them (io.done).
 const requests = new Map();
-let nextRequest = 0; // an int32, as Go's edgehookServe takes it
+let nextRequest = 0; // the last id given (nextRequestId)
 
 // The Go side's I/O primitives (edge/cmd/worker/js.go). Each operation takes the id Go waits under
 // and settles it once, whatever number of promises it involves. Arguments are numbers: addresses
@@ -312,9 +313,7 @@ async function handle(req, serve, bodyCap) {
     method: encoder.encode(req.method),
     headers: encoder.encode(headerText(req.headers)),
   };
-  do nextRequest = (nextRequest + 1) | 0; // wraps within int32, skipping ids still in use
-  while (requests.has(nextRequest));
-  const id = nextRequest;
+  const id = (nextRequest = nextRequestId(nextRequest, requests));
   const [status, headerLines, out] = await new Promise((answer) => {
     r.answer = (...a) => answer(a);
     requests.set(id, r);

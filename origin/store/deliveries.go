@@ -434,27 +434,34 @@ const pruneChunk = 2000
 
 // Prune deletes delivered, dead and superseded deliveries (their attempts go by trigger, migration
 // 0008) last changed before cutoff, then events older than cutoff that no delivery references, a
-// row or not. It returns the number of deliveries deleted.
+// row or not, then the fanouts no event is of any more (pruneFanouts). Each step runs in
+// transactions of about pruneChunk rows. It returns the number of deliveries deleted.
 func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 	limit := ` LIMIT ` + strconv.Itoa(pruneChunk)
+	statement := func(q string) func(*sql.Tx) (int64, error) {
+		return func(tx *sql.Tx) (int64, error) {
+			r, err := tx.ExecContext(ctx, q, ms(cutoff))
+			if err != nil {
+				return 0, err
+			}
+			return r.RowsAffected()
+		}
+	}
 	var deliveries int64
 	for _, step := range []struct {
-		q     string
-		total *int64 // nil: not counted
+		run   func(*sql.Tx) (int64, error) // deletes up to about pruneChunk rows, returns how many
+		total *int64                       // nil: not counted
 	}{
-		{`DELETE FROM deliveries WHERE seq IN (` + prunableSQL + limit + `)`, &deliveries},
-		{`DELETE FROM events WHERE seq IN (SELECT seq FROM events e WHERE created_at < ?
+		{statement(`DELETE FROM deliveries WHERE seq IN (` + prunableSQL + limit + `)`), &deliveries},
+		{statement(`DELETE FROM events WHERE seq IN (SELECT seq FROM events e WHERE created_at < ?
 			AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = e.seq)
-			AND NOT EXISTS (SELECT 1 FROM fanout_deliveries f WHERE f.event_seq = e.seq)` + limit + `)`, nil},
+			AND NOT EXISTS (SELECT 1 FROM fanout_deliveries f WHERE f.event_seq = e.seq)` + limit + `)`), nil},
+		{func(tx *sql.Tx) (int64, error) { return s.pruneFanouts(ctx, tx) }, nil},
 	} {
 		for {
 			var n int64
-			err := s.inTx(ctx, func(tx *sql.Tx) error {
-				r, err := tx.ExecContext(ctx, step.q, ms(cutoff))
-				if err != nil {
-					return err
-				}
-				n, err = r.RowsAffected()
+			err := s.inTx(ctx, func(tx *sql.Tx) (err error) {
+				n, err = step.run(tx)
 				return err
 			})
 			if err != nil {

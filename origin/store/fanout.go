@@ -24,11 +24,25 @@ const maxOrdinals = 1 << ordinalBits
 // deliverySeqOf is the seq of the delivery of an event to a subscriber, a row or not.
 func deliverySeqOf(eventSeq, ordinal int64) int64 { return eventSeq<<ordinalBits | ordinal }
 
-// fanoutIDs caches the ids of fanouts by their ordinals' key, for emit. Only ids read back from
-// the database are cached: a fanout is never changed or deleted once committed.
+// fanoutIDs caches the ids of fanouts by their ordinals' key, for emit. A prune deletes the fanouts
+// no event is of any more (pruneFanouts), and SQLite may give a deleted id to the next fanout
+// written, for another set of subscribers: the cache holds only ids read back from the database
+// at fanouts version ver (meta fanouts_version, changed by every prune that deletes one, in any
+// process), and is emptied when a transaction reads another version (at).
 type fanoutIDs struct {
 	mu    sync.Mutex
+	ver   string
 	byKey map[string]int64
+}
+
+// at empties the cache unless ver, the fanouts version read inside the caller's write transaction,
+// is the one its ids were read at.
+func (c *fanoutIDs) at(ver string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ver != c.ver {
+		c.ver, c.byKey = ver, map[string]int64{}
+	}
 }
 
 // fanoutKey renders a fanout's ordinals, ascending, as stored.
@@ -37,7 +51,8 @@ func fanoutKey(ordinals []int64) string {
 	return string(b)
 }
 
-// fanoutID returns the id of the fanout of key (fanoutKey), writing it in tx if it is new.
+// fanoutID returns the id of the fanout of key (fanoutKey), writing it in tx if it is new. tx has
+// brought the cache to its fanouts version (matchingSubscribers).
 func (s *Store) fanoutID(ctx context.Context, tx *sql.Tx, key string) (int64, error) {
 	s.fanoutIDs.mu.Lock()
 	id, ok := s.fanoutIDs.byKey[key]
@@ -62,6 +77,57 @@ func (s *Store) fanoutID(ctx context.Context, tx *sql.Tx, key string) (int64, er
 	return id, err
 }
 
+// A fanout lives as long as its events: Prune deletes the events no delivery needs any more, then
+// the fanouts no event is of, with their members. That loses no delivery: a fanout's pending
+// deliveries are its events past its members' cursors (the view fanout_deliveries), and Prune
+// keeps every event with one pending. So a fanout whose newest event (last_seq) is past the cursor
+// of one of its subscribers still has that event; one with no event has nothing pending for
+// anyone. Its set of subscribers may come back with a later event: emit writes the fanout again,
+// under a new id or a deleted one reused.
+
+// deadFanoutsSQL lists the fanouts no event is of, with their member counts: a seek of
+// events_fanout each, not a scan of events.
+const deadFanoutsSQL = `SELECT id, json_array_length(ordinals) FROM fanouts f
+	WHERE NOT EXISTS (SELECT 1 FROM events INDEXED BY events_fanout WHERE fanout = f.id AND fanout <> 0)`
+
+// deleteFanoutsSQL deletes the fanouts of a JSON array of ids, members first.
+var deleteFanoutsSQL = [...]string{`DELETE FROM fanout_members WHERE fanout IN (SELECT value FROM json_each(?))`,
+	`DELETE FROM fanouts WHERE id IN (SELECT value FROM json_each(?))`}
+
+// pruneFanouts deletes fanouts no event is of, with their members, about pruneChunk rows at most
+// (at least one fanout), and returns how many rows it deleted. Emit's caches of fanout ids, in
+// every process, are dropped by the new fanouts version.
+func (s *Store) pruneFanouts(ctx context.Context, tx *sql.Tx) (int64, error) {
+	rows, err := s.query(ctx, tx, deadFanoutsSQL)
+	if err != nil {
+		return 0, err
+	}
+	var ids []int64
+	var n int64
+	for n < pruneChunk && rows.Next() {
+		var id, members int64
+		if err := rows.Scan(&id, &members); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		ids, n = append(ids, id), n+1+members
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	list, _ := json.Marshal(ids)
+	for _, q := range deleteFanoutsSQL {
+		if _, err := s.exec(ctx, tx, q, string(list)); err != nil {
+			return 0, err
+		}
+	}
+	// Random, as the subscribers version (bumpSubscribersVersion).
+	_, err = s.exec(ctx, tx, `INSERT INTO meta(key, value) VALUES ('fanouts_version', hex(randomblob(8)))
+		ON CONFLICT(key) DO UPDATE SET value = excluded.value`)
+	return n, err
+}
+
 // markFanoutsSQL records the newest event of fanouts (id, event seq), skipping the padding.
 var markFanoutsSQL = chunkSQL(2, func(values string) string {
 	return `UPDATE fanouts SET last_seq = max(last_seq, j.column2) FROM (` + values + `) AS j WHERE fanouts.id = j.column1`
@@ -78,8 +144,8 @@ type fanoutTake struct {
 }
 
 // liveFanouts sets the fanouts of each take: those of its ordinal with an event past its cursor.
-// Fanouts are never deleted, and a subscriber joins a new one whenever the set of subscribers an
-// event matches changes; most are long past every cursor.
+// A subscriber joins a new fanout whenever the set of subscribers an event matches changes, and
+// fanouts stay as long as their events (retention); most are long past every cursor.
 func (s *Store) liveFanouts(ctx context.Context, tx *sql.Tx, takes []fanoutTake) error {
 	if len(takes) == 0 {
 		return nil
@@ -91,7 +157,7 @@ func (s *Store) liveFanouts(ctx context.Context, tx *sql.Tx, takes []fanoutTake)
 	}
 	list, _ := json.Marshal(ordinals)
 	// From the fanouts with events past the oldest cursor: a subscriber's memberships grow with
-	// every change of the subscribers (never deleted), its live fanouts do not.
+	// every change of the subscribers (until a prune), its live fanouts do not.
 	rows, err := s.query(ctx, tx, `SELECT m.ordinal, f.id, f.last_seq FROM fanouts f INDEXED BY fanouts_last CROSS JOIN fanout_members m ON m.fanout = f.id
 		WHERE f.last_seq > ?1 AND m.ordinal IN (SELECT value FROM json_each(?2))`, oldest, string(list))
 	if err != nil {

@@ -2,8 +2,10 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -192,17 +194,10 @@ func TestARecreatedSubscriberGetsOnlyNewEvents(t *testing.T) {
 		t.Fatalf("the new a: %v, want nothing pending", c)
 	}
 	mustEmit(t, s, "after", "t", `{}`)
-	got := map[string]bool{}
-	var items []Settlement
-	for _, c := range claim(t, s, clk.Now(), 10).Deliveries {
-		got[c.Subscriber.ID+"/"+c.Event.ID] = true
-		items = append(items, done(c, ResultDelivered))
-	}
-	if want := map[string]bool{"b/before": true, "a/after": true, "b/after": true}; fmt.Sprint(got) != fmt.Sprint(want) {
+	if got, want := deliverClaimed(t, s, clk.Now()), map[string]bool{"b/before": true, "a/after": true, "b/after": true}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("claimed %v, want %v", got, want)
 	}
 	mustEmit(t, s, "pending", "t", `{}`)
-	settle(t, s, clk.Now(), items...)
 	clk.Advance(48 * time.Hour)
 	if _, err := s.Prune(ctx, clk.Now().Add(-24*time.Hour)); err != nil {
 		t.Fatal(err)
@@ -237,9 +232,10 @@ func TestOrdinalsRunOut(t *testing.T) {
 }
 
 // TestFanoutQueriesStayOnTheirIndexes pins the plans that must stay cheap with a million
-// deliveries pending in fanouts: a claim's search of each fanout, and a page of the listing, which
+// deliveries pending in fanouts: a claim's search of each fanout, a page of the listing, which
 // reads the newest events first (only each event's few deliveries sorted), with or without a
-// subscriber.
+// subscriber, and the prune's look for fanouts without events (a seek of events_fanout each) and
+// their delete.
 func TestFanoutQueriesStayOnTheirIndexes(t *testing.T) {
 	t.Parallel()
 	s, _ := open(t, Options{})
@@ -261,6 +257,15 @@ func TestFanoutQueriesStayOnTheirIndexes(t *testing.T) {
 		p := queryPlan(t, s, fanoutPageSQL+cond+fanoutPageOrder, args...)
 		if !strings.HasPrefix(p, "SEARCH e USING INTEGER PRIMARY KEY (rowid>?)") || strings.Contains(p, "TEMP B-TREE FOR ORDER BY") {
 			t.Errorf("listing plan%s: %q, want the newest events first and no whole sort", cond, p)
+		}
+	}
+	if p := queryPlan(t, s, deadFanoutsSQL); !strings.Contains(p, "SEARCH events USING COVERING INDEX events_fanout (fanout=?)") ||
+		strings.Contains(p, "SCAN events") {
+		t.Errorf("dead fanouts plan %q, want a seek of events_fanout per fanout", p)
+	}
+	for i, index := range []string{"fanout_members USING PRIMARY KEY (fanout=?)", "fanouts USING INTEGER PRIMARY KEY (rowid=?)"} {
+		if p := queryPlan(t, s, deleteFanoutsSQL[i], "[1]"); !strings.Contains(p, "SEARCH "+index) {
+			t.Errorf("fanout delete plan %q, want SEARCH %s", p, index)
 		}
 	}
 }
@@ -336,7 +341,7 @@ func TestCoalescedRowsWaitForOlderFanoutDeliveries(t *testing.T) {
 	}
 }
 
-// TestClaimServesSubscribersInManyFanouts: fanouts are never deleted, and subscriber churn puts a
+// TestClaimServesSubscribersInManyFanouts: fanouts stay as long as their events, and churn puts a
 // long-lived subscriber in a new one with every change. Hundreds of them, most long past its
 // cursor, do not fail its claims; in more than one statement's worth with events past its cursor,
 // its claims still take its oldest events first, each once.
@@ -449,5 +454,203 @@ func TestBacklogCapPrefersAResumedOlderRow(t *testing.T) {
 	}
 	if len(page.Deliveries) != 1 {
 		t.Errorf("%d dead, want 1", len(page.Deliveries))
+	}
+}
+
+// deliverClaimed claims up to 10 deliveries, settles them delivered and returns them as
+// "subscriber/event".
+func deliverClaimed(t *testing.T, s *Store, now time.Time) map[string]bool {
+	t.Helper()
+	got := map[string]bool{}
+	var items []Settlement
+	for _, c := range claim(t, s, now, 10).Deliveries {
+		got[c.Subscriber.ID+"/"+c.Event.ID] = true
+		items = append(items, done(c, ResultDelivered))
+	}
+	settle(t, s, now, items...)
+	return got
+}
+
+// fanoutOf returns the fanout id of a stored event.
+func fanoutOf(t *testing.T, s *Store, event string) int64 {
+	t.Helper()
+	return countRows(t, s, `SELECT fanout FROM events WHERE id = ?`, event)
+}
+
+// fanoutSets returns the stored fanouts, id → ordinals, and checks each has its members.
+func fanoutSets(t *testing.T, s *Store) map[int64]string {
+	t.Helper()
+	rows, err := s.r.Query(`SELECT id, ordinals, (SELECT json_group_array(ordinal) FROM (SELECT ordinal FROM fanout_members WHERE fanout = id ORDER BY 1))
+		FROM fanouts`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[int64]string{}
+	for rows.Next() {
+		var id int64
+		var ordinals, members string
+		if err := rows.Scan(&id, &ordinals, &members); err != nil {
+			t.Fatal(err)
+		}
+		if members != ordinals {
+			t.Errorf("fanout %d of %s has the members %s", id, ordinals, members)
+		}
+		out[id] = ordinals
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM fanout_members m WHERE NOT EXISTS (SELECT 1 FROM fanouts f WHERE f.id = m.fanout)`); n != 0 {
+		t.Errorf("%d members of fanouts that are gone", n)
+	}
+	return out
+}
+
+// TestPruneDeletesDeadFanouts: subscriber churn leaves a fanout for every set of subscribers an
+// event matched. Once the prune has deleted their events, those fanouts and their members go too;
+// one with an event retained, or pending for a paused subscriber, stays, and no pending delivery
+// is lost. A set whose fanout was pruned (its id cached by emit) comes back with its next event,
+// which is claimed and delivered to it.
+func TestPruneDeletesDeadFanouts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	a := mustSub(t, s, SubscriberInput{ID: "a", MaxInFlight: 10})
+	mustSub(t, s, SubscriberInput{ID: "p", Events: []string{"p"}})
+	if _, err := s.PauseSubscriber(ctx, "p", "slow"); err != nil {
+		t.Fatal(err)
+	}
+	mustEmit(t, s, "alone1", "t", `{}`) // {a}
+	mustEmit(t, s, "alone2", "t", `{}`) // reads {a}'s id back: emit caches it
+	mustEmit(t, s, "stuck", "p", `{}`)  // {a, p}, pending for p
+	for i := range 4 {
+		id := fmt.Sprintf("tmp%d", i)
+		mustSub(t, s, SubscriberInput{ID: id, Events: []string{"t"}})
+		mustEmit(t, s, fmt.Sprintf("churn%d", i), "t", `{}`) // {a, tmp<i>}
+		if err := s.DeleteSubscriber(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deliverAll(t, s, clk.Now())
+	clk.Advance(48 * time.Hour)
+	mustSub(t, s, SubscriberInput{ID: "k", Events: []string{"k"}})
+	mustEmit(t, s, "recent", "k", `{}`) // {a, k}, within the retention
+	if n := len(fanoutSets(t, s)); n != 7 {
+		t.Fatalf("%d fanouts before the prune, want 7", n)
+	}
+	kept := map[int64]bool{fanoutOf(t, s, "stuck"): true, fanoutOf(t, s, "recent"): true}
+	pendingSQL := `SELECT count(*) FROM all_deliveries WHERE status = 'pending'`
+	pending := countRows(t, s, pendingSQL)
+	if pending != 3 {
+		t.Fatalf("%d pending before the prune, want p's stuck and a's and k's recent", pending)
+	}
+
+	if _, err := s.Prune(ctx, clk.Now().Add(-24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	left := fanoutSets(t, s)
+	for id := range left {
+		if !kept[id] {
+			t.Errorf("fanout %d of %s outlived its events", id, left[id])
+		}
+	}
+	if len(left) != len(kept) {
+		t.Errorf("fanouts left %v, want those of stuck and recent", left)
+	}
+	if n := countRows(t, s, pendingSQL); n != pending {
+		t.Errorf("%d pending after the prune, %d before", n, pending)
+	}
+	for id, want := range map[string]bool{"alone2": false, "churn3": false, "stuck": true, "recent": true} {
+		if _, err := s.GetEvent(ctx, id); (err == nil) != want {
+			t.Errorf("event %s after the prune: %v, want kept %v", id, err, want)
+		}
+	}
+
+	if res := mustEmit(t, s, "alone3", "t", `{}`); res.Deliveries != 1 {
+		t.Fatalf("emit to {a} again: %+v", res)
+	}
+	if got, want := fanoutSets(t, s)[fanoutOf(t, s, "alone3")], fmt.Sprintf("[%d]", a.ordinal); got != want {
+		t.Fatalf("alone3's fanout is %q, want %s", got, want)
+	}
+	if got, want := deliverClaimed(t, s, clk.Now()), map[string]bool{"a/recent": true, "k/recent": true, "a/alone3": true}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("claimed %v, want %v", got, want)
+	}
+	if c := counts(t, s, "a"); c[StatusDelivered] != 2 || len(c) != 1 {
+		t.Fatalf("a: %v, want recent and alone3 delivered, the rest pruned", c)
+	}
+}
+
+// TestAPruneElsewhereDropsCachedFanoutIDs: emit caches fanout ids, and another process's prune may
+// delete the fanout of a cached id, which SQLite then gives to the next fanout written, of another
+// set of subscribers. The next emit of this process reads the new fanouts version and writes its
+// event's fanout again: its delivery goes to its own subscriber.
+func TestAPruneElsewhereDropsCachedFanoutIDs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "shared.db")
+	a, clk := open(t, Options{Path: path})
+	b, _ := open(t, Options{Path: path, Now: clk.Now})
+	mustSub(t, a, SubscriberInput{ID: "x", Events: []string{"x"}})
+	mustSub(t, a, SubscriberInput{ID: "y", Events: []string{"y"}})
+	mustEmit(t, a, "x1", "x", `{}`)
+	mustEmit(t, a, "x2", "x", `{}`) // a caches {x}'s id
+	old := fanoutOf(t, a, "x2")
+	deliverAll(t, a, clk.Now())
+	clk.Advance(48 * time.Hour)
+	if _, err := b.Prune(ctx, clk.Now().Add(-24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	mustEmit(t, b, "y1", "y", `{}`)
+	if id := fanoutOf(t, b, "y1"); id != old {
+		t.Fatalf("{y} got fanout %d, not {x}'s pruned %d: the test no longer reuses an id", id, old)
+	}
+	mustEmit(t, a, "x3", "x", `{}`)
+	if got, want := deliverClaimed(t, a, clk.Now()), map[string]bool{"x/x3": true, "y/y1": true}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("claimed %v, want %v", got, want)
+	}
+}
+
+// TestPruneDeletesFanoutsInBatches: a transaction of the prune deletes about pruneChunk rows of
+// fanouts and members, at least one fanout, and the prune goes on until none is left.
+func TestPruneDeletesFanoutsInBatches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	const members, fanouts = 40, 50 // 42 rows each with the churned member: 48 make a batch
+	for i := range members {
+		mustSub(t, s, SubscriberInput{ID: fmt.Sprintf("m%d", i)})
+	}
+	for i := range fanouts {
+		id := fmt.Sprintf("tmp%d", i)
+		mustSub(t, s, SubscriberInput{ID: id})
+		mustEmit(t, s, fmt.Sprintf("e%d", i), "t", `{}`)
+		if err := s.DeleteSubscriber(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range members { // nothing pending any more: every event can go
+		if err := s.DeleteSubscriber(ctx, fmt.Sprintf("m%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Advance(48 * time.Hour)
+	if _, err := s.w.Exec(`DELETE FROM events`); err != nil { // as Prune's events step would
+		t.Fatal(err)
+	}
+	var n int64
+	err := s.inTx(ctx, func(tx *sql.Tx) (err error) {
+		n, err = s.pruneFanouts(ctx, tx)
+		return err
+	})
+	const batch = (pruneChunk + members + 1) / (members + 2)
+	if err != nil || n != batch*(members+2) || len(fanoutSets(t, s)) != fanouts-batch {
+		t.Fatalf("one batch deleted %d rows (%v), %d fanouts left, want %d fanouts of %d rows deleted", n, err, len(fanoutSets(t, s)), batch, members+2)
+	}
+	if _, err := s.Prune(ctx, clk.Now().Add(-24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if left := fanoutSets(t, s); len(left) != 0 {
+		t.Fatalf("fanouts left after the prune: %v", left)
 	}
 }

@@ -39,6 +39,29 @@ func foreignKeyViolations(t testing.TB, s *Store) []string {
 	return out
 }
 
+// fanoutViolations returns what breaks the invariants of fanouts (fanout.go) that foreign keys do
+// not check: every event's fanout exists, and a fanout whose newest event is past one of its
+// subscribers' cursors (a delivery pending) still has that event.
+func fanoutViolations(t testing.TB, s *Store) []string {
+	t.Helper()
+	var out []string
+	for _, c := range []struct{ what, q string }{
+		{"events whose fanout is gone", `SELECT count(*) FROM events e WHERE fanout <> 0 AND NOT EXISTS (SELECT 1 FROM fanouts f WHERE f.id = e.fanout)`},
+		{"fanouts pending for a subscriber whose newest event is gone", `SELECT count(*) FROM fanouts f
+			JOIN fanout_members m ON m.fanout = f.id JOIN subscribers s ON s.ordinal = m.ordinal JOIN limiter l ON l.subscriber_id = s.id
+			WHERE f.last_seq > l.cursor AND NOT EXISTS (SELECT 1 FROM events e WHERE e.seq = f.last_seq AND e.fanout = f.id)`},
+	} {
+		var n int64
+		if err := s.r.QueryRow(c.q).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			out = append(out, fmt.Sprintf("%d %s", n, c.what))
+		}
+	}
+	return out
+}
+
 // countRows runs a count query on the store.
 func countRows(t *testing.T, s *Store, q string, args ...any) int64 {
 	t.Helper()

@@ -47,8 +47,10 @@ func open(t testing.TB, opts Options) (*Store, *clock) {
 }
 
 // checkCounts fails the test if queue_counts, maintained by emit and by triggers, differs from a
-// count of the deliveries (rows and fanouts' pending: all_deliveries), or if a row outlived its parent (foreign keys are not enforced, see
-// Open, so every test's deletes are checked). A test that closed its store itself is not checked.
+// count of the deliveries (rows and fanouts' pending: all_deliveries), if a row outlived its
+// parent (foreign keys are not enforced, see Open, so every test's deletes are checked), or if a
+// fanout's invariants are broken (fanoutViolations). A test that closed its store itself is not
+// checked.
 func checkCounts(t testing.TB, s *Store) {
 	t.Helper()
 	rows, err := s.r.Query(`SELECT coalesce(q.subscriber_id, d.subscriber_id), coalesce(q.status, d.status), coalesce(q.n, 0), coalesce(d.n, 0)
@@ -74,7 +76,7 @@ func checkCounts(t testing.TB, s *Store) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	for _, v := range foreignKeyViolations(t, s) {
+	for _, v := range append(foreignKeyViolations(t, s), fanoutViolations(t, s)...) {
 		t.Error(v)
 	}
 }

@@ -485,12 +485,15 @@ func (s *Store) RotateSecret(ctx context.Context, id string, overlap time.Durati
 }
 
 // matchingSubscribers returns the cached non-disabled subscribers, reloading them inside tx when
-// any process changed a subscriber since the last load.
+// any process changed a subscriber since the last load. The same read brings emit's other cache,
+// of fanout ids, to the fanouts version of tx (fanoutIDs).
 func (s *Store) matchingSubscribers(ctx context.Context, tx *sql.Tx) ([]*Subscriber, error) {
-	var ver string
-	if err := s.queryRow(ctx, tx, `SELECT value FROM meta WHERE key = 'subscribers_version'`).Scan(&ver); err != nil {
+	var ver, fanoutsVer string
+	if err := s.queryRow(ctx, tx, `SELECT value, coalesce((SELECT value FROM meta WHERE key = 'fanouts_version'), '')
+		FROM meta WHERE key = 'subscribers_version'`).Scan(&ver, &fanoutsVer); err != nil {
 		return nil, err
 	}
+	s.fanoutIDs.at(fanoutsVer)
 	s.subsMu.Lock()
 	defer s.subsMu.Unlock()
 	if ver == s.subsVer && s.subsList != nil {

@@ -495,8 +495,9 @@ func TestRetryReplayListAndPrune(t *testing.T) {
 }
 
 // TestDueQueriesUseIndexes pins the query plans that must stay cheap with a million rows pending:
-// claiming, coalescing, the rescue of expired leases, pruning, backlog trimming (and disabling) and
-// replay search the partial indexes instead of scanning deliveries.
+// claiming, coalescing, the rescue of expired leases, pruning (its events in order from where the
+// last transaction stopped), backlog trimming (and disabling) and replay search the partial indexes
+// instead of scanning deliveries.
 func TestDueQueriesUseIndexes(t *testing.T) {
 	t.Parallel()
 	s, _ := open(t, Options{})
@@ -510,6 +511,7 @@ func TestDueQueriesUseIndexes(t *testing.T) {
 		{supersedeSQL, []any{1, `[["a","k"]]`}, "deliveries_coalesce"},
 		{`SELECT 1 FROM deliveries WHERE ` + expiredSQL, []any{1}, "deliveries_leased"},
 		{prunableSQL, []any{1}, "deliveries_status_settled"},
+		{prunableEventsSQL, []any{1, 0, 0}, "events_created"},
 		{pendingRowsSQL("attempts = 0"), []any{1, 1, "a", 10}, "deliveries_due_first"},
 		{pendingRowsSQL("attempts > 0"), []any{1, 1, "a", 10}, "deliveries_due_retry"},
 		{`SELECT ` + hasFanoutSQL, []any{1, 0}, "fanouts_last"},

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -432,30 +433,66 @@ const prunableSQL = `SELECT seq FROM deliveries WHERE status IN ('delivered', 'd
 // pruneChunk bounds one prune transaction, so other writers are not blocked for long.
 const pruneChunk = 2000
 
+// prunableEventsSQL reads the next pruneChunk events older than ?1 past the key (?2, ?3) of
+// (created_at, seq), in that order through events_created, each with whether it can go: no
+// delivery needs it, a row or not.
+var prunableEventsSQL = `SELECT seq, created_at, NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = e.seq)
+		AND NOT EXISTS (SELECT 1 FROM fanout_deliveries f WHERE f.event_seq = e.seq)
+	FROM events e INDEXED BY events_created WHERE created_at < ?1 AND (created_at, seq) > (?2, ?3)
+	ORDER BY created_at, seq LIMIT ` + strconv.Itoa(pruneChunk)
+
+// pruneEvents deletes the events no delivery needs among the next pruneChunk older than cutoff
+// past *after, moves *after to the last it read, and returns how many it read. Each transaction
+// starts where the last stopped: the events still needed (a paused subscriber's backlog) are read
+// once per prune, not once per transaction: 100,000 of them made a prune of 200,000 others take
+// 26–28 s, each transaction holding the write lock about 0.3 s; read once, 4–5 s.
+func (s *Store) pruneEvents(ctx context.Context, tx *sql.Tx, cutoff int64, after *[2]int64) (int64, error) {
+	rows, err := s.query(ctx, tx, prunableEventsSQL, cutoff, after[0], after[1])
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	var unneeded []int64
+	for rows.Next() {
+		var seq, created int64
+		var prunable bool
+		if err := rows.Scan(&seq, &created, &prunable); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		*after, n = [2]int64{created, seq}, n+1
+		if prunable {
+			unneeded = append(unneeded, seq)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(unneeded) == 0 {
+		return n, err
+	}
+	list, _ := json.Marshal(unneeded)
+	_, err = s.exec(ctx, tx, `DELETE FROM events WHERE seq IN (SELECT value FROM json_each(?))`, string(list))
+	return n, err
+}
+
 // Prune deletes delivered, dead and superseded deliveries (their attempts go by trigger, migration
 // 0008) last changed before cutoff, then events older than cutoff that no delivery references, a
-// row or not, then the fanouts no event is of any more (pruneFanouts). Each step runs in
-// transactions of about pruneChunk rows. It returns the number of deliveries deleted.
+// row or not (pruneEvents), then the fanouts no event is of any more (pruneFanouts). Each step
+// runs in transactions of about pruneChunk rows. It returns the number of deliveries deleted.
 func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
-	limit := ` LIMIT ` + strconv.Itoa(pruneChunk)
-	statement := func(q string) func(*sql.Tx) (int64, error) {
-		return func(tx *sql.Tx) (int64, error) {
-			r, err := tx.ExecContext(ctx, q, ms(cutoff))
+	after := [2]int64{-1, 0} // before every event
+	var deliveries int64
+	for _, step := range []struct {
+		run   func(*sql.Tx) (int64, error) // reads or deletes up to about pruneChunk rows, returns how many
+		total *int64                       // nil: not counted
+	}{
+		{func(tx *sql.Tx) (int64, error) {
+			r, err := tx.ExecContext(ctx, `DELETE FROM deliveries WHERE seq IN (`+prunableSQL+` LIMIT `+strconv.Itoa(pruneChunk)+`)`, ms(cutoff))
 			if err != nil {
 				return 0, err
 			}
 			return r.RowsAffected()
-		}
-	}
-	var deliveries int64
-	for _, step := range []struct {
-		run   func(*sql.Tx) (int64, error) // deletes up to about pruneChunk rows, returns how many
-		total *int64                       // nil: not counted
-	}{
-		{statement(`DELETE FROM deliveries WHERE seq IN (` + prunableSQL + limit + `)`), &deliveries},
-		{statement(`DELETE FROM events WHERE seq IN (SELECT seq FROM events e WHERE created_at < ?
-			AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = e.seq)
-			AND NOT EXISTS (SELECT 1 FROM fanout_deliveries f WHERE f.event_seq = e.seq)` + limit + `)`), nil},
+		}, &deliveries},
+		{func(tx *sql.Tx) (int64, error) { return s.pruneEvents(ctx, tx, ms(cutoff), &after) }, nil},
 		{func(tx *sql.Tx) (int64, error) { return s.pruneFanouts(ctx, tx) }, nil},
 	} {
 		for {

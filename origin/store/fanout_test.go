@@ -654,3 +654,40 @@ func TestPruneDeletesFanoutsInBatches(t *testing.T) {
 		t.Fatalf("fanouts left after the prune: %v", left)
 	}
 }
+
+// TestPruneGoesPastNeededEvents: events a subscriber still needs (paused, its backlog pending)
+// interleaved with events nobody needs, more than a prune transaction reads, all of one
+// millisecond: the prune deletes every unneeded one and keeps the others, each transaction going
+// on from the (created_at, seq) where the last stopped.
+func TestPruneGoesPastNeededEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "p", Events: []string{"keep"}})
+	if _, err := s.PauseSubscriber(ctx, "p", "slow"); err != nil {
+		t.Fatal(err)
+	}
+	const events = 5 * MaxBatchEvents / 2 // of each type
+	for b := range 5 {
+		var batch []EmitInput
+		for i := range MaxBatchEvents {
+			batch = append(batch, EmitInput{ID: fmt.Sprintf("e%d-%d", b, i), Type: []string{"keep", "t"}[i%2], Body: []byte(`{}`)})
+		}
+		if _, err := s.EmitBatch(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Advance(48 * time.Hour)
+	if _, err := s.Prune(ctx, clk.Now().Add(-24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM events WHERE type = 't'`); n != 0 {
+		t.Errorf("%d unneeded events left", n)
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM events WHERE type = 'keep'`); n != events {
+		t.Errorf("%d needed events left, want %d", n, events)
+	}
+	if c := counts(t, s, "p"); c[StatusPending] != events {
+		t.Errorf("p: %v, want %d pending", c, events)
+	}
+}

@@ -582,9 +582,9 @@ func TestPruneDeletesDeadFanouts(t *testing.T) {
 }
 
 // TestAPruneElsewhereDropsCachedFanoutIDs: emit caches fanout ids, and another process's prune may
-// delete the fanout of a cached id, which SQLite then gives to the next fanout written, of another
-// set of subscribers. The next emit of this process reads the new fanouts version and writes its
-// event's fanout again: its delivery goes to its own subscriber.
+// delete the fanout of a cached id. The id is never given again (schema version 10: the next
+// fanout, of another set of subscribers, gets a new one), and the next emit of this process reads
+// the new fanouts version and writes its event's fanout again: its delivery is not lost.
 func TestAPruneElsewhereDropsCachedFanoutIDs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -602,8 +602,8 @@ func TestAPruneElsewhereDropsCachedFanoutIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustEmit(t, b, "y1", "y", `{}`)
-	if id := fanoutOf(t, b, "y1"); id != old {
-		t.Fatalf("{y} got fanout %d, not {x}'s pruned %d: the test no longer reuses an id", id, old)
+	if id := fanoutOf(t, b, "y1"); id <= old {
+		t.Fatalf("{y} got fanout %d, not past {x}'s pruned %d: a pruned id was given again", id, old)
 	}
 	mustEmit(t, a, "x3", "x", `{}`)
 	if got, want := deliverClaimed(t, a, clk.Now()), map[string]bool{"x/x3": true, "y/y1": true}; fmt.Sprint(got) != fmt.Sprint(want) {
@@ -689,5 +689,49 @@ func TestPruneGoesPastNeededEvents(t *testing.T) {
 	}
 	if c := counts(t, s, "p"); c[StatusPending] != events {
 		t.Errorf("p: %v, want %d pending", c, events)
+	}
+}
+
+// TestMigrationTo10KeepsFanoutsAndNeverReusesTheirIDs: migration 0010 rebuilds fanouts with
+// AUTOINCREMENT. A version-9 file keeps its fanouts (ids, sets, newest events) and its pending
+// fanout deliveries, and once the newest fanout is pruned its id is not given to the next one.
+func TestMigrationTo10KeepsFanoutsAndNeverReusesTheirIDs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "v9.db")
+	clk := newClock()
+	old, err := openVersion(ctx, Options{Path: path, Now: clk.Now}, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSub(t, old, SubscriberInput{ID: "a", Events: []string{"a.*"}})
+	mustSub(t, old, SubscriberInput{ID: "b", Events: []string{"*"}})
+	mustEmit(t, old, "both", "a.t", `{}`)
+	mustEmit(t, old, "b-only", "b.t", `{}`) // the newest fanout, {b}
+	before, top := fanoutSets(t, old), fanoutOf(t, old, "b-only")
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s, _ := open(t, Options{Path: path, Now: clk.Now})
+	if after := fanoutSets(t, s); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("fanouts after the migration: %v, before: %v", after, before)
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM fanouts INDEXED BY fanouts_last WHERE last_seq > 0`); n != 2 {
+		t.Fatalf("%d fanouts with their newest event through fanouts_last, want 2", n)
+	}
+	if got, want := deliverClaimed(t, s, clk.Now()), map[string]bool{"a/both": true, "b/both": true, "b/b-only": true}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("claimed after the migration %v, want %v", got, want)
+	}
+	clk.Advance(48 * time.Hour)
+	if _, err := s.Prune(ctx, clk.Now().Add(-24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(fanoutSets(t, s)); n != 0 {
+		t.Fatalf("%d fanouts left after their events were pruned, want 0", n)
+	}
+	mustEmit(t, s, "b-again", "b.t", `{}`)
+	if id := fanoutOf(t, s, "b-again"); id <= top {
+		t.Fatalf("the next fanout got id %d, not past the pruned %d", id, top)
 	}
 }

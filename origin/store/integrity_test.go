@@ -451,3 +451,59 @@ func TestRenewStoreID(t *testing.T) {
 		t.Fatalf("the stored delivery's id is %s, want it under the new store id %s", now, storeID)
 	}
 }
+
+// TestDeleteSubscriberDeletesItsHistoryWindowByWindow: a deleted subscriber's delivered history,
+// which no index holds by subscriber, goes in windows of deleteWindow rows of the table, each its
+// own transaction; the other subscribers' rows stay, and so do the rows past the seq the delete
+// started from (a subscriber created again under the id has only such rows).
+func TestDeleteSubscriberDeletesItsHistoryWindowByWindow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	mustSub(t, s, SubscriberInput{ID: "b"})
+	mustEmit(t, s, "e", "t", `{}`) // pending for both, not a row: it stays b's
+	history := func(from, to int64, sub string) {
+		t.Helper()
+		for _, q := range []string{`WITH RECURSIVE k(i) AS (SELECT ?1 UNION ALL SELECT i + 1 FROM k WHERE i < ?2)
+			INSERT INTO deliveries(seq, event_seq, subscriber_id, status, next_attempt_at, age_from, created_at, updated_at, delivered_at)
+			SELECT i, (SELECT seq FROM events), coalesce(?3, CASE i % 2 WHEN 0 THEN 'a' ELSE 'b' END), 'delivered', 0, 0, 0, 0, 0 FROM k`,
+			`INSERT INTO attempts(delivery_seq, number, at, status, latency_ms, outcome)
+			SELECT seq, 1, 0, 200, 1, 'delivered' FROM deliveries WHERE seq BETWEEN ?1 AND ?2`,
+			`INSERT INTO queue_counts(subscriber_id, status, n) SELECT subscriber_id, status, count(*) FROM deliveries
+			WHERE seq BETWEEN ?1 AND ?2 GROUP BY 1, 2 ON CONFLICT(subscriber_id, status) DO UPDATE SET n = n + excluded.n`} {
+			if _, err := s.w.Exec(q, from, to, sql.NullString{String: sub, Valid: sub != ""}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const n = deleteWindow*5/2 + 1 // two and a half windows, alternately a's and b's
+	history(1, n, "")
+	if err := s.DeleteSubscriber(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	rows := func(sub string) int64 {
+		return countRows(t, s, `SELECT count(*) FROM deliveries WHERE subscriber_id = ?`, sub)
+	}
+	if a, b, attempts := rows("a"), rows("b"), countRows(t, s, `SELECT count(*) FROM attempts`); a != 0 || b != n/2+1 || attempts != b {
+		t.Fatalf("after the delete: a has %d rows, b %d, attempts %d; want 0, %d and one per b row", a, b, attempts, n/2+1)
+	}
+	if got, want := deliverClaimed(t, s, time.Now()), map[string]bool{"b/e": true}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("claimed %v, want %v", got, want)
+	}
+
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	history(n+1, n+3, "a")
+	if err := s.deleteDelivered(ctx, "a", n); err != nil || rows("a") != 3 {
+		t.Fatalf("the new a has %d rows after a history delete up to seq %d (%v), want its 3", rows("a"), n, err)
+	}
+	for _, q := range deleteQueueSQL {
+		index := strings.Fields(q[strings.Index(q, "INDEXED BY"):])[2]
+		if plan := queryPlan(t, s, q, "a"); !strings.Contains(plan, "INDEX "+index+" (") {
+			t.Errorf("%s\nplan: %s", q, plan)
+		}
+	}
+	if plan := queryPlan(t, s, deleteWindowSQL, 0, n); !strings.Contains(plan, "INTEGER PRIMARY KEY") {
+		t.Errorf("the history window reads %s", plan)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/edgehook/edgehook/shared/signature"
@@ -353,11 +354,18 @@ func (s *Store) UpdateSubscriber(ctx context.Context, id string, patch Subscribe
 
 // DeleteSubscriber removes a subscriber with its secrets, limiter row, deliveries and their
 // attempts (events stay until the retention prune). Foreign keys are not enforced (see Open): the
-// children go here, in the same transaction; the deliveries' attempts, queue_counts and
-// delivered_by_second go by trigger (migrations 0008 and 0006). A delivery of it in flight
-// meanwhile settles as stale (settleSQL matches no row), so no attempt is logged for it.
+// children go here; the deliveries' attempts, queue_counts and delivered_by_second go by trigger
+// (migrations 0008 and 0006). A delivery of it in flight meanwhile settles as stale (settleSQL
+// matches no row), so no attempt is logged for it.
+//
+// The subscriber and its queue (every delivery not delivered, found through the indexes by
+// subscriber) go in one transaction. Its delivered history, which no index holds by subscriber
+// (migration 0006), goes after it in transactions of deleteWindow rows of the table each: one
+// scan of a history of millions held the writer, and every emit, for seconds. If the process
+// stops in between, the rest of the history stays until the retention prune deletes it.
 func (s *Store) DeleteSubscriber(ctx context.Context, id string) error {
-	return s.inTx(ctx, func(tx *sql.Tx) error {
+	var through int64 // the largest delivery seq: a subscriber created again under id has only larger ones
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM subscribers WHERE id = ?`, id)
 		if err != nil {
 			return err
@@ -365,14 +373,64 @@ func (s *Store) DeleteSubscriber(ctx context.Context, id string) error {
 		if n, _ := res.RowsAffected(); n == 0 {
 			return fmt.Errorf("subscriber %q: %w", id, ErrNotFound)
 		}
-		for _, q := range []string{`DELETE FROM subscriber_secrets WHERE subscriber_id = ?`, `DELETE FROM limiter WHERE subscriber_id = ?`,
-			`DELETE FROM deliveries WHERE subscriber_id = ?`} {
+		for _, q := range append([]string{`DELETE FROM subscriber_secrets WHERE subscriber_id = ?`,
+			`DELETE FROM limiter WHERE subscriber_id = ?`}, deleteQueueSQL[:]...) {
 			if _, err := tx.ExecContext(ctx, q, id); err != nil {
 				return err
 			}
 		}
+		if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM deliveries`).Scan(&through); err != nil {
+			return err
+		}
 		return bumpSubscribersVersion(ctx, tx)
 	})
+	if err != nil {
+		return err
+	}
+	return s.deleteDelivered(ctx, id, through)
+}
+
+// deleteQueueSQL deletes the deliveries of subscriber ? that are not delivered, each status
+// through its index (the conditions repeat the partial indexes' literally).
+var deleteQueueSQL = [...]string{
+	`DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries INDEXED BY deliveries_due_first
+		WHERE subscriber_id = ?1 AND status = 'pending' AND attempts = 0)`,
+	`DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries INDEXED BY deliveries_due_retry
+		WHERE subscriber_id = ?1 AND status = 'pending' AND attempts > 0)`,
+	`DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries INDEXED BY deliveries_leased
+		WHERE status = 'leased' AND subscriber_id = ?1)`,
+	`DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries INDEXED BY deliveries_sub_settled
+		WHERE subscriber_id = ?1 AND ` + subSettledSQL + `)`,
+}
+
+// deleteWindow is how many deliveries, in seq order, a transaction of a deleted subscriber's
+// history reads: tens of milliseconds of the writer.
+const deleteWindow = 20000
+
+// deleteWindowSQL reads the next deleteWindow deliveries past seq ?1, up to seq ?2.
+var deleteWindowSQL = `SELECT seq, subscriber_id FROM deliveries WHERE seq > ?1 AND seq <= ?2 ORDER BY seq LIMIT ` +
+	strconv.Itoa(deleteWindow)
+
+// deleteDelivered deletes the deliveries of subscriber id with seqs up to through, one window of
+// the table per transaction.
+func (s *Store) deleteDelivered(ctx context.Context, id string, through int64) error {
+	for after := int64(-1); after < through; {
+		next := through // past the last window
+		err := s.inTx(ctx, func(tx *sql.Tx) error {
+			var last sql.NullInt64
+			if err := s.queryRow(ctx, tx, `SELECT max(seq) FROM (`+deleteWindowSQL+`)`, after, through).Scan(&last); err != nil || !last.Valid {
+				return err
+			}
+			next = last.Int64
+			_, err := s.exec(ctx, tx, `DELETE FROM deliveries WHERE seq IN (SELECT seq FROM (`+deleteWindowSQL+`) WHERE subscriber_id = ?3)`, after, through, id)
+			return err
+		})
+		after = next
+		if err != nil {
+			return fmt.Errorf("subscriber %q is deleted, but not all its delivered deliveries (the retention prune deletes the rest): %w", id, err)
+		}
+	}
+	return nil
 }
 
 // PauseSubscriber stops sending to a subscriber; its deliveries keep queueing. reason is recorded.

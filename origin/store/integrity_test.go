@@ -507,3 +507,49 @@ func TestDeleteSubscriberDeletesItsHistoryWindowByWindow(t *testing.T) {
 		t.Errorf("the history window reads %s", plan)
 	}
 }
+
+// TestDeletedHistoryLeavesANewSubscriberOfItsIDAlone: a subscriber created again under a deleted
+// one's id while the delete's history windows have yet to run (or after they failed) is another
+// subscriber. The windows' deletes of the old delivered rows do not take its counts down, and
+// they never delete its deliveries, even with a row of a version-8 binary (past 2^62, migration
+// 0009) the largest seq stored.
+func TestDeletedHistoryLeavesANewSubscriberOfItsIDAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	mustSub(t, s, SubscriberInput{ID: "b", Events: []string{"b.*"}})
+	mustEmit(t, s, "old", "t", `{}`)
+	deliverClaimed(t, s, clk.Now())
+	mustEmit(t, s, "b-old", "b.t", `{}`)
+	if _, err := s.w.Exec(`INSERT INTO deliveries(seq, event_seq, subscriber_id, status, next_attempt_at, age_from, created_at, updated_at)
+		SELECT (1 << 62) + 1, seq, 'b', 'pending', 0, 0, 0, 0 FROM events WHERE id = 'b-old'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.w.Exec(`UPDATE queue_counts SET n = n + 1 WHERE subscriber_id = 'b' AND status = 'pending'`); err != nil {
+		t.Fatal(err)
+	}
+	through, err := s.deleteSubscriber(ctx, "a") // DeleteSubscriber's first transaction
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	mustEmit(t, s, "new", "t", `{}`)
+	mustEmit(t, s, "new2", "t", `{}`)
+	deliverClaimed(t, s, clk.Now())
+	mustEmit(t, s, "new3", "t", `{}`)
+	leased := claim(t, s, clk.Now(), 10).Deliveries
+	if err := s.deleteDelivered(ctx, "a", through); err != nil { // its history windows
+		t.Fatal(err)
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE e.id = 'old'`); n != 0 {
+		t.Errorf("the old a's delivered row is still there")
+	}
+	if len(leased) != 1 || settle(t, s, clk.Now(), done(leased[0], ResultDelivered)) != 0 {
+		t.Errorf("the new a's leased delivery (%d claimed) went with the old a's history", len(leased))
+	}
+	if got := counts(t, s, "a"); got[StatusDelivered] != 3 {
+		t.Errorf("the new a counts %d delivered, want its 3", got[StatusDelivered])
+	}
+}

@@ -376,8 +376,8 @@ func (s *Store) DeleteSubscriber(ctx context.Context, id string) error {
 func (s *Store) deleteSubscriber(ctx context.Context, id string) (int64, error) {
 	// through is the largest seq a delivery of an event stored by now can have (fanout.go): a
 	// subscriber created again under id has only larger ones. Not the largest seq stored: a
-	// binary of version 8 writes past 2^62 (migration 0009), and the windows took the new
-	// subscriber's queue with them. Such rows of this one stay until the retention prune.
+	// binary of version 8 writes past 2^62 (migration 0009), and up to there the windows would
+	// delete the new subscriber's queue too. Such rows of this one stay for the retention prune.
 	var through int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM subscribers WHERE id = ?`, id)

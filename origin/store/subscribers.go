@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
 
 	"github.com/edgehook/edgehook/shared/signature"
@@ -354,32 +353,11 @@ func (s *Store) UpdateSubscriber(ctx context.Context, id string, patch Subscribe
 
 // DeleteSubscriber removes a subscriber with its secrets, limiter row, deliveries and their
 // attempts (events stay until the retention prune). Foreign keys are not enforced (see Open): the
-// children go here; the deliveries' attempts, queue_counts and delivered_by_second go by trigger
-// (migrations 0008 and 0006). A delivery of it in flight meanwhile settles as stale (settleSQL
-// matches no row), so no attempt is logged for it.
-//
-// The subscriber and its queue (every delivery not delivered, found through the indexes by
-// subscriber) go in one transaction. Its delivered history, which no index holds by subscriber
-// (migration 0006), goes after it in transactions of deleteWindow rows of the table each: one
-// scan of a history of millions held the writer, and every emit, for seconds. If the process
-// stops in between, the rest of the history stays until the retention prune deletes it.
+// children go here, in the same transaction; the deliveries' attempts, queue_counts and
+// delivered_by_second go by trigger (migrations 0008 and 0006). A delivery of it in flight
+// meanwhile settles as stale (settleSQL matches no row), so no attempt is logged for it.
 func (s *Store) DeleteSubscriber(ctx context.Context, id string) error {
-	through, err := s.deleteSubscriber(ctx, id)
-	if err != nil {
-		return err
-	}
-	return s.deleteDelivered(ctx, id, through)
-}
-
-// deleteSubscriber deletes subscriber id with its queue in one transaction (DeleteSubscriber), and
-// returns the seq its delivered history is under.
-func (s *Store) deleteSubscriber(ctx context.Context, id string) (int64, error) {
-	// through is the largest seq a delivery of an event stored by now can have (fanout.go): a
-	// subscriber created again under id has only larger ones. Not the largest seq stored: a
-	// binary of version 8 writes past 2^62 (migration 0009), and up to there the windows would
-	// delete the new subscriber's queue too. Such rows of this one stay for the retention prune.
-	var through int64
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	return s.inTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM subscribers WHERE id = ?`, id)
 		if err != nil {
 			return err
@@ -387,73 +365,14 @@ func (s *Store) deleteSubscriber(ctx context.Context, id string) (int64, error) 
 		if n, _ := res.RowsAffected(); n == 0 {
 			return fmt.Errorf("subscriber %q: %w", id, ErrNotFound)
 		}
-		for _, q := range append([]string{`DELETE FROM subscriber_secrets WHERE subscriber_id = ?`,
-			`DELETE FROM limiter WHERE subscriber_id = ?`}, deleteQueueSQL[:]...) {
+		for _, q := range []string{`DELETE FROM subscriber_secrets WHERE subscriber_id = ?`, `DELETE FROM limiter WHERE subscriber_id = ?`,
+			`DELETE FROM deliveries WHERE subscriber_id = ?`} {
 			if _, err := tx.ExecContext(ctx, q, id); err != nil {
 				return err
 			}
 		}
-		var next int64
-		if err := s.queryRow(ctx, tx, readSeqMarksSQL).Scan(&next); err != nil {
-			return err
-		}
-		through = deliverySeqOf(next-1, maxOrdinals-1)
 		return bumpSubscribersVersion(ctx, tx)
 	})
-	return through, err
-}
-
-// deleteQueueSQL deletes the deliveries of subscriber ? that are not delivered, each status
-// through its index (the conditions repeat the partial indexes' literally).
-var deleteQueueSQL = [...]string{
-	`DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries INDEXED BY deliveries_due_first
-		WHERE subscriber_id = ?1 AND status = 'pending' AND attempts = 0)`,
-	`DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries INDEXED BY deliveries_due_retry
-		WHERE subscriber_id = ?1 AND status = 'pending' AND attempts > 0)`,
-	`DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries INDEXED BY deliveries_leased
-		WHERE status = 'leased' AND subscriber_id = ?1)`,
-	`DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries INDEXED BY deliveries_sub_settled
-		WHERE subscriber_id = ?1 AND ` + subSettledSQL + `)`,
-}
-
-// deleteWindow is how many deliveries, in seq order, a transaction of a deleted subscriber's
-// history reads: tens of milliseconds of the writer.
-const deleteWindow = 20000
-
-// deleteWindowSQL reads the next deleteWindow deliveries past seq ?1, up to seq ?2.
-var deleteWindowSQL = `SELECT seq, subscriber_id FROM deliveries WHERE seq > ?1 AND seq <= ?2 ORDER BY seq LIMIT ` +
-	strconv.Itoa(deleteWindow)
-
-// deleteDelivered deletes the deliveries of subscriber id with seqs up to through, one window of
-// the table per transaction. They are the delivered history of a subscriber deleted already with
-// its counts: the decrements of trigger deliveries_count_delete are given back to the subscriber
-// created under id meanwhile, if any, whose counts they are not.
-func (s *Store) deleteDelivered(ctx context.Context, id string, through int64) error {
-	for after := int64(-1); after < through; {
-		next := through // past the last window
-		err := s.inTx(ctx, func(tx *sql.Tx) error {
-			var last sql.NullInt64
-			if err := s.queryRow(ctx, tx, `SELECT max(seq) FROM (`+deleteWindowSQL+`)`, after, through).Scan(&last); err != nil || !last.Valid {
-				return err
-			}
-			next = last.Int64
-			res, err := s.exec(ctx, tx, `DELETE FROM deliveries WHERE seq IN (SELECT seq FROM (`+deleteWindowSQL+`) WHERE subscriber_id = ?3)`, after, through, id)
-			if err != nil {
-				return err
-			}
-			n, err := res.RowsAffected()
-			if err != nil || n == 0 {
-				return err
-			}
-			_, err = s.exec(ctx, tx, `UPDATE queue_counts SET n = n + ? WHERE subscriber_id = ? AND status = 'delivered'`, n, id)
-			return err
-		})
-		after = next
-		if err != nil {
-			return fmt.Errorf("subscriber %q is deleted, but not all its delivered deliveries (the retention prune deletes the rest): %w", id, err)
-		}
-	}
-	return nil
 }
 
 // PauseSubscriber stops sending to a subscriber; its deliveries keep queueing. reason is recorded.

@@ -25,10 +25,10 @@ const maxOrdinals = 1 << ordinalBits
 func deliverySeqOf(eventSeq, ordinal int64) int64 { return eventSeq<<ordinalBits | ordinal }
 
 // fanoutIDs caches the ids of fanouts by their ordinals' key, for emit. A prune deletes the fanouts
-// no event is of any more (pruneFanouts), and SQLite may give a deleted id to the next fanout
-// written, for another set of subscribers: the cache holds only ids read back from the database
-// at fanouts version ver (meta fanouts_version, changed by every prune that deletes one, in any
-// process), and is emptied when a transaction reads another version (at).
+// no event is of any more (pruneFanouts), and an event written under a deleted id would go to
+// nobody: the cache holds only ids read back from the database at fanouts version ver (meta
+// fanouts_version, changed by every prune that deletes one, in any process), and is emptied when
+// a transaction reads another version (at).
 type fanoutIDs struct {
 	mu    sync.Mutex
 	ver   string
@@ -83,7 +83,7 @@ func (s *Store) fanoutID(ctx context.Context, tx *sql.Tx, key string) (int64, er
 // keeps every event with one pending. So a fanout whose newest event (last_seq) is past the cursor
 // of one of its subscribers still has that event; one with no event has nothing pending for
 // anyone. Its set of subscribers may come back with a later event: emit writes the fanout again,
-// under a new id or a deleted one reused.
+// under a new id (AUTOINCREMENT, migration 0010: never a deleted one).
 
 // deadFanoutsSQL lists the fanouts no event is of, with their member counts: a seek of
 // events_fanout each, not a scan of events.

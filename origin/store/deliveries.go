@@ -474,11 +474,15 @@ func (s *Store) pruneEvents(ctx context.Context, tx *sql.Tx, cutoff int64, after
 	return n, err
 }
 
-// Prune deletes delivered, dead and superseded deliveries (their attempts go by trigger, migration
-// 0008) last changed before cutoff, then events older than cutoff that no delivery references, a
-// row or not (pruneEvents), then the fanouts no event is of any more (pruneFanouts). Each step
-// runs in transactions of about pruneChunk rows. It returns the number of deliveries deleted.
+// Prune first finishes the deleted subscribers' histories left (DeleteSubscriber). Then it deletes
+// delivered, dead and superseded deliveries (their attempts go by trigger, migration 0008) last
+// changed before cutoff, then events older than cutoff that no delivery references, a row or not
+// (pruneEvents), then the fanouts no event is of any more (pruneFanouts). Each step runs in
+// transactions of about pruneChunk rows. It returns the number of deliveries deleted.
 func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
+	if err := s.finishHistories(ctx); err != nil {
+		return 0, fmt.Errorf("prune: %w", err)
+	}
 	after := [2]int64{-1, 0} // before every event
 	var deliveries int64
 	for _, step := range []struct {

@@ -451,3 +451,123 @@ func TestRenewStoreID(t *testing.T) {
 		t.Fatalf("the stored delivery's id is %s, want it under the new store id %s", now, storeID)
 	}
 }
+
+// deliveredHistory stores delivered rows with seqs from to to directly, each with an attempt,
+// counted: for sub, or alternately a's and b's if sub is "".
+func deliveredHistory(t *testing.T, s *Store, from, to int64, sub string) {
+	t.Helper()
+	for _, q := range []string{`WITH RECURSIVE k(i) AS (SELECT ?1 UNION ALL SELECT i + 1 FROM k WHERE i < ?2)
+		INSERT INTO deliveries(seq, event_seq, subscriber_id, status, next_attempt_at, age_from, created_at, updated_at, delivered_at)
+		SELECT i, (SELECT min(seq) FROM events), coalesce(?3, CASE i % 2 WHEN 0 THEN 'a' ELSE 'b' END), 'delivered', 0, 0, 0, 0, 0 FROM k`,
+		`INSERT INTO attempts(delivery_seq, number, at, status, latency_ms, outcome)
+		SELECT seq, 1, 0, 200, 1, 'delivered' FROM deliveries WHERE seq BETWEEN ?1 AND ?2`,
+		`INSERT INTO queue_counts(subscriber_id, status, n) SELECT subscriber_id, status, count(*) FROM deliveries
+		WHERE seq BETWEEN ?1 AND ?2 GROUP BY 1, 2 ON CONFLICT(subscriber_id, status) DO UPDATE SET n = n + excluded.n`} {
+		if _, err := s.w.Exec(q, from, to, sql.NullString{String: sub, Valid: sub != ""}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestDeleteSubscriberDeletesItsHistoryWindowByWindow: a deleted subscriber's delivered history,
+// which no index holds by subscriber, goes in windows of deleteWindow rows of the table, each its
+// own transaction, up to the seq recorded at the delete; the other subscribers' rows stay, and so
+// do the rows past that seq (a subscriber created again under the id has only such rows).
+func TestDeleteSubscriberDeletesItsHistoryWindowByWindow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	mustSub(t, s, SubscriberInput{ID: "b"})
+	mustEmit(t, s, "e", "t", `{}`) // pending for both, not a row: it stays b's
+	const n = deleteWindow*5/2 + 1 // two and a half windows, alternately a's and b's
+	deliveredHistory(t, s, 1, n, "")
+	if err := s.DeleteSubscriber(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	rows := func(sub string) int64 {
+		return countRows(t, s, `SELECT count(*) FROM deliveries WHERE subscriber_id = ?`, sub)
+	}
+	if a, b, attempts := rows("a"), rows("b"), countRows(t, s, `SELECT count(*) FROM attempts`); a != 0 || b != n/2+1 || attempts != b {
+		t.Fatalf("after the delete: a has %d rows, b %d, attempts %d; want 0, %d and one per b row", a, b, attempts, n/2+1)
+	}
+	if left := countRows(t, s, `SELECT count(*) FROM meta WHERE key LIKE 'deleted_history:%'`); left != 0 {
+		t.Fatalf("%d histories still recorded as to delete", left)
+	}
+	if got, want := deliverClaimed(t, s, time.Now()), map[string]bool{"b/e": true}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("claimed %v, want %v", got, want)
+	}
+
+	// A history recorded up to seq n leaves a's rows past it.
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	deliveredHistory(t, s, n+1, n+3, "a")
+	if _, err := s.w.Exec(`INSERT INTO meta(key, value) VALUES ('deleted_history:a', ?)`, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.finishHistory(ctx, "a"); err != nil || rows("a") != 3 {
+		t.Fatalf("the new a has %d rows after its history up to seq %d was finished (%v), want its 3", rows("a"), n, err)
+	}
+	for _, q := range deleteQueueSQL {
+		index := strings.Fields(q[strings.Index(q, "INDEXED BY"):])[2]
+		if plan := queryPlan(t, s, q, "a"); !strings.Contains(plan, "INDEX "+index+" (") {
+			t.Errorf("%s\nplan: %s", q, plan)
+		}
+	}
+	if plan := queryPlan(t, s, historyWindowSQL, 0, n); !strings.Contains(plan, "INTEGER PRIMARY KEY") {
+		t.Errorf("the history window reads %s", plan)
+	}
+}
+
+// TestADeletedHistoryLeftIsFinishedBeforeItsIDComesBack: when the history windows fail, the
+// delete still answers (the subscriber and its queue are gone) and the history stays recorded.
+// Creating the id again, or the next Prune, finishes it first: the old rows' count triggers never
+// land on a new subscriber of the id.
+func TestADeletedHistoryLeftIsFinishedBeforeItsIDComesBack(t *testing.T) {
+	t.Parallel()
+	for _, finish := range []string{"create", "prune"} {
+		t.Run(finish, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			s, clk := open(t, Options{})
+			mustSub(t, s, SubscriberInput{ID: "a"})
+			mustEmit(t, s, "old", "t", `{}`)
+			deliverClaimed(t, s, clk.Now())
+			if _, err := s.w.Exec(`CREATE TRIGGER keep_history BEFORE DELETE ON deliveries WHEN OLD.status = 'delivered'
+				BEGIN SELECT RAISE(ABORT, 'kept'); END`); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.DeleteSubscriber(ctx, "a"); err != nil {
+				t.Fatalf("delete with its history windows failing: %v", err)
+			}
+			if _, err := s.GetSubscriber(ctx, "a"); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("after the delete: %v", err)
+			}
+			history := func() int64 {
+				return countRows(t, s, `SELECT count(*) FROM deliveries WHERE subscriber_id = 'a'`) +
+					countRows(t, s, `SELECT count(*) FROM meta WHERE key = 'deleted_history:a'`)
+			}
+			if h := history(); h != 2 {
+				t.Fatalf("history rows and records left: %d, want the delivered row and its record", h)
+			}
+			if _, err := s.w.Exec(`DROP TRIGGER keep_history`); err != nil {
+				t.Fatal(err)
+			}
+			if finish == "prune" {
+				if _, err := s.Prune(ctx, clk.Now().Add(-time.Hour)); err != nil || history() != 0 {
+					t.Fatalf("after a prune: %d history rows and records left (%v)", history(), err)
+				}
+			}
+			mustSub(t, s, SubscriberInput{ID: "a"})
+			if h := history(); h != 0 {
+				t.Fatalf("a created again beside %d rows and records of the old a's history", h)
+			}
+			mustEmit(t, s, "new", "t", `{}`)
+			if got, want := deliverClaimed(t, s, clk.Now()), map[string]bool{"a/new": true}; fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("claimed %v, want %v", got, want)
+			}
+			if c := counts(t, s, "a"); c[StatusDelivered] != 1 {
+				t.Fatalf("the new a counts %v, want its one delivered", c)
+			}
+		})
+	}
+}

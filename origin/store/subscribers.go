@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/edgehook/edgehook/shared/signature"
@@ -122,6 +123,9 @@ func (s *Store) CreateSubscriber(ctx context.Context, in SubscriberInput) (*Subs
 	if err != nil {
 		return nil, err
 	}
+	if err := s.finishHistory(ctx, in.ID); err != nil {
+		return nil, err
+	}
 	now := ms(s.Now())
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		var exists int
@@ -130,6 +134,14 @@ func (s *Store) CreateSubscriber(ctx context.Context, in SubscriberInput) (*Subs
 		}
 		if exists > 0 {
 			return fmt.Errorf("subscriber %q already exists: %w", in.ID, ErrConflict)
+		}
+		// Deleted meanwhile, since finishHistory above: its history's count triggers must not
+		// land on this one's counts.
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM meta WHERE key = ?`, historyKeyPrefix+in.ID).Scan(&exists); err != nil {
+			return err
+		}
+		if exists > 0 {
+			return fmt.Errorf("subscriber %q is being deleted; try again in a moment: %w", in.ID, ErrConflict)
 		}
 		var ordinal int64
 		if err := tx.QueryRowContext(ctx, `UPDATE meta SET value = value + 1 WHERE key = 'next_ordinal' RETURNING value - 1`).Scan(&ordinal); err != nil {
@@ -353,11 +365,19 @@ func (s *Store) UpdateSubscriber(ctx context.Context, id string, patch Subscribe
 
 // DeleteSubscriber removes a subscriber with its secrets, limiter row, deliveries and their
 // attempts (events stay until the retention prune). Foreign keys are not enforced (see Open): the
-// children go here, in the same transaction; the deliveries' attempts, queue_counts and
-// delivered_by_second go by trigger (migrations 0008 and 0006). A delivery of it in flight
-// meanwhile settles as stale (settleSQL matches no row), so no attempt is logged for it.
+// children go here; the deliveries' attempts, queue_counts and delivered_by_second go by trigger
+// (migrations 0008 and 0006). A delivery of it in flight meanwhile settles as stale (settleSQL
+// matches no row), so no attempt is logged for it.
+//
+// The subscriber and its queue (every delivery not delivered, found through the indexes by
+// subscriber) go in one transaction, which also records its delivered history as to be deleted
+// (meta deleted_history:<id>). That history, in no index by subscriber (migration 0006), goes after it in
+// transactions of deleteWindow rows of the table each: one scan of a history of millions held
+// the writer, and every emit, for seconds. What a failure or a stop leaves of it is finished by
+// the next Prune, or before the id is created again (CreateSubscriber), so that no count trigger
+// of an old row ever lands on a new subscriber's counts; a failure here is not the caller's.
 func (s *Store) DeleteSubscriber(ctx context.Context, id string) error {
-	return s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM subscribers WHERE id = ?`, id)
 		if err != nil {
 			return err
@@ -365,14 +385,118 @@ func (s *Store) DeleteSubscriber(ctx context.Context, id string) error {
 		if n, _ := res.RowsAffected(); n == 0 {
 			return fmt.Errorf("subscriber %q: %w", id, ErrNotFound)
 		}
-		for _, q := range []string{`DELETE FROM subscriber_secrets WHERE subscriber_id = ?`, `DELETE FROM limiter WHERE subscriber_id = ?`,
-			`DELETE FROM deliveries WHERE subscriber_id = ?`} {
+		for _, q := range append([]string{`DELETE FROM subscriber_secrets WHERE subscriber_id = ?1`,
+			`DELETE FROM limiter WHERE subscriber_id = ?1`}, deleteQueueSQL[:]...) {
 			if _, err := tx.ExecContext(ctx, q, id); err != nil {
 				return err
 			}
 		}
+		// The largest seq a delivery of an event stored by now can have (fanout.go): a subscriber
+		// created under id later has only larger ones. A version-8 binary's rows, past 2^62
+		// (migration 0009), are left to the retention prune.
+		var next int64
+		if err := s.queryRow(ctx, tx, readSeqMarksSQL).Scan(&next); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO meta(key, value) VALUES (?, ?)`, historyKeyPrefix+id, deliverySeqOf(next-1, maxOrdinals-1)); err != nil {
+			return err
+		}
 		return bumpSubscribersVersion(ctx, tx)
 	})
+	if err != nil {
+		return err
+	}
+	_ = s.finishHistory(ctx, id) // what it leaves, Prune or CreateSubscriber finishes
+	return nil
+}
+
+// historyKeyPrefix keys, in meta, the delivered history of a deleted subscriber still to delete:
+// the value is the largest seq of it (DeleteSubscriber).
+const historyKeyPrefix = "deleted_history:"
+
+// deleteQueueSQL deletes the deliveries of subscriber ?1 that are not delivered, each status
+// through its index (the conditions repeat the partial indexes' literally).
+var deleteQueueSQL = [...]string{
+	`DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries INDEXED BY deliveries_due_first
+		WHERE subscriber_id = ?1 AND status = 'pending' AND attempts = 0)`,
+	`DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries INDEXED BY deliveries_due_retry
+		WHERE subscriber_id = ?1 AND status = 'pending' AND attempts > 0)`,
+	`DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries INDEXED BY deliveries_leased
+		WHERE status = 'leased' AND subscriber_id = ?1)`,
+	`DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries INDEXED BY deliveries_sub_settled
+		WHERE subscriber_id = ?1 AND ` + subSettledSQL + `)`,
+}
+
+// deleteWindow is how many deliveries, in seq order, a transaction of a deleted subscriber's
+// history reads: tens of milliseconds of the writer.
+const deleteWindow = 20000
+
+// historyWindowSQL reads the next deleteWindow deliveries past seq ?1, up to seq ?2.
+var historyWindowSQL = `SELECT seq, subscriber_id FROM deliveries WHERE seq > ?1 AND seq <= ?2 ORDER BY seq LIMIT ` +
+	strconv.Itoa(deleteWindow)
+
+// finishHistory deletes the delivered history recorded for the deleted subscriber id, if any, one
+// window of the table per transaction, and then its record. If a transaction fails, the record
+// stays for the next try.
+func (s *Store) finishHistory(ctx context.Context, id string) error {
+	key := historyKeyPrefix + id
+	var through int64
+	switch err := s.r.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = ?`, key).Scan(&through); {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil
+	case err != nil:
+		return fmt.Errorf("the delivered deliveries of deleted subscriber %q: %w", id, err)
+	}
+	for after := int64(-1); ; {
+		done := false
+		err := s.inTx(ctx, func(tx *sql.Tx) error {
+			var last sql.NullInt64
+			if err := s.queryRow(ctx, tx, `SELECT max(seq) FROM (`+historyWindowSQL+`)`, after, through).Scan(&last); err != nil {
+				return err
+			}
+			if !last.Valid {
+				done = true
+				_, err := s.exec(ctx, tx, `DELETE FROM meta WHERE key = ?`, key)
+				return err
+			}
+			_, err := s.exec(ctx, tx, `DELETE FROM deliveries WHERE seq IN (SELECT seq FROM (`+historyWindowSQL+`) WHERE subscriber_id = ?3)`, after, through, id)
+			after = last.Int64
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("the delivered deliveries of deleted subscriber %q could not all be deleted yet: %w", id, err)
+		}
+		if done {
+			return nil
+		}
+	}
+}
+
+// finishHistories finishes every deleted subscriber's history still recorded (Prune).
+func (s *Store) finishHistories(ctx context.Context) error {
+	rows, err := s.r.QueryContext(ctx, `SELECT substr(key, ?1) FROM meta WHERE key LIKE ?2 || '%'`, len(historyKeyPrefix)+1, historyKeyPrefix)
+	if err != nil {
+		return err
+	}
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return err
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if err := s.finishHistory(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // PauseSubscriber stops sending to a subscriber; its deliveries keep queueing. reason is recorded.

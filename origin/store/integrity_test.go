@@ -571,3 +571,49 @@ func TestADeletedHistoryLeftIsFinishedBeforeItsIDComesBack(t *testing.T) {
 		})
 	}
 }
+
+// TestAStaleHistoryFinishLeavesALaterDeleteRecorded: a finisher that read the record of an
+// earlier delete of the id (another process's Prune, say) ends after that history was finished,
+// the id created again and deleted again with its windows failing. It must remove the record it
+// read only: the later one's rows are past its bound, and without their record the id is created
+// again beside them, their count triggers landing on the new subscriber's counts.
+func TestAStaleHistoryFinishLeavesALaterDeleteRecorded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	exec := func(q string) {
+		t.Helper()
+		if _, err := s.w.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// deleteKept creates a with a delivered delivery of event, deletes it with its history
+	// windows failing, and returns the bound recorded.
+	deleteKept := func(event string) int64 {
+		t.Helper()
+		mustSub(t, s, SubscriberInput{ID: "a"})
+		mustEmit(t, s, event, "t", `{}`)
+		deliverClaimed(t, s, clk.Now())
+		exec(`CREATE TRIGGER keep_history BEFORE DELETE ON deliveries WHEN OLD.status = 'delivered'
+			BEGIN SELECT RAISE(ABORT, 'kept'); END`)
+		if err := s.DeleteSubscriber(ctx, "a"); err != nil {
+			t.Fatal(err)
+		}
+		exec(`DROP TRIGGER keep_history`)
+		return countRows(t, s, `SELECT value FROM meta WHERE key = 'deleted_history:a'`)
+	}
+	first := deleteKept("e1")
+	if err := s.finishHistory(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if second := deleteKept("e2"); second <= first {
+		t.Fatalf("the second delete's bound %d is not past the first's %d", second, first)
+	}
+	if err := s.deleteHistory(ctx, "a", first); err != nil { // the stale finisher's end
+		t.Fatal(err)
+	}
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	if n := countRows(t, s, `SELECT count(*) FROM deliveries WHERE subscriber_id = 'a'`); n != 0 {
+		t.Fatalf("a created again beside %d delivered rows of the a before", n)
+	}
+}

@@ -439,14 +439,21 @@ var historyWindowSQL = `SELECT seq, subscriber_id FROM deliveries WHERE seq > ?1
 // window of the table per transaction, and then its record. If a transaction fails, the record
 // stays for the next try.
 func (s *Store) finishHistory(ctx context.Context, id string) error {
-	key := historyKeyPrefix + id
 	var through int64
-	switch err := s.r.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = ?`, key).Scan(&through); {
+	switch err := s.r.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = ?`, historyKeyPrefix+id).Scan(&through); {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil
 	case err != nil:
 		return fmt.Errorf("the delivered deliveries of deleted subscriber %q: %w", id, err)
 	}
+	return s.deleteHistory(ctx, id, through)
+}
+
+// deleteHistory is finishHistory once it has read the record, of the history up to seq through.
+// Its last transaction removes that record only: by then another process may have finished it,
+// the id been created and deleted again, and the record be that later history's, past through.
+func (s *Store) deleteHistory(ctx context.Context, id string, through int64) error {
+	key := historyKeyPrefix + id
 	for after := int64(-1); ; {
 		done := false
 		err := s.inTx(ctx, func(tx *sql.Tx) error {
@@ -456,7 +463,7 @@ func (s *Store) finishHistory(ctx context.Context, id string) error {
 			}
 			if !last.Valid {
 				done = true
-				_, err := s.exec(ctx, tx, `DELETE FROM meta WHERE key = ?`, key)
+				_, err := s.exec(ctx, tx, `DELETE FROM meta WHERE key = ? AND value = ?`, key, through)
 				return err
 			}
 			_, err := s.exec(ctx, tx, `DELETE FROM deliveries WHERE seq IN (SELECT seq FROM (`+historyWindowSQL+`) WHERE subscriber_id = ?3)`, after, through, id)

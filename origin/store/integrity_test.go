@@ -617,3 +617,30 @@ func TestAStaleHistoryFinishLeavesALaterDeleteRecorded(t *testing.T) {
 		t.Fatalf("a created again beside %d delivered rows of the a before", n)
 	}
 }
+
+// TestADeletedSubscribersVersion8RowsGoWithIt: a delivered row a version-8 binary wrote for a
+// subscriber after migration 0009 (its seq past 2^62, above the history's bound) goes with the
+// subscriber. Left to the retention prune, its count trigger took the delivered count of a
+// subscriber created again under the id down.
+func TestADeletedSubscribersVersion8RowsGoWithIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	mustEmit(t, s, "old", "t", `{}`)
+	deliverClaimed(t, s, clk.Now())
+	deliveredHistory(t, s, 1<<62+1, 1<<62+1, "a") // last changed at 0: the prune's
+	if err := s.DeleteSubscriber(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	mustEmit(t, s, "new", "t", `{}`)
+	deliverClaimed(t, s, clk.Now())
+	if _, err := s.Prune(ctx, clk.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	rows := countRows(t, s, `SELECT count(*) FROM deliveries WHERE subscriber_id = 'a' AND status = 'delivered'`)
+	if c := counts(t, s, "a"); rows != 1 || c[StatusDelivered] != 1 {
+		t.Fatalf("the new a has %d delivered rows, counted %d; want its 1", rows, c[StatusDelivered])
+	}
+}

@@ -644,3 +644,25 @@ func TestADeletedSubscribersVersion8RowsGoWithIt(t *testing.T) {
 		t.Fatalf("the new a has %d delivered rows, counted %d; want its 1", rows, c[StatusDelivered])
 	}
 }
+
+// TestADeleteOverALeftRecordKeepsTheLargerBound: a binary older than the history records creates
+// an id again beside a record left by a newer delete; the next delete of the id records the larger
+// bound over it (not a failure on the key) and deletes both histories.
+func TestADeleteOverALeftRecordKeepsTheLargerBound(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	mustEmit(t, s, "e", "t", `{}`)
+	deliverClaimed(t, s, clk.Now())
+	if _, err := s.w.Exec(`INSERT INTO meta(key, value) VALUES ('deleted_history:a', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteSubscriber(ctx, "a"); err != nil {
+		t.Fatalf("delete beside a left record: %v", err)
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM deliveries WHERE subscriber_id = 'a'`) +
+		countRows(t, s, `SELECT count(*) FROM meta WHERE key = 'deleted_history:a'`); n != 0 {
+		t.Fatalf("%d rows and records of a's histories left", n)
+	}
+}

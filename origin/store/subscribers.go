@@ -396,12 +396,15 @@ func (s *Store) DeleteSubscriber(ctx context.Context, id string) error {
 			}
 		}
 		// The largest seq a delivery of an event stored by now can have (fanout.go): a subscriber
-		// created under id later has only larger ones.
+		// created under id later has only larger ones. A record may be there already if an older
+		// binary, which knows none, created the id again: the larger bound covers both histories.
 		var next int64
 		if err := s.queryRow(ctx, tx, readSeqMarksSQL).Scan(&next); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO meta(key, value) VALUES (?, ?)`, historyKeyPrefix+id, deliverySeqOf(next-1, maxOrdinals-1)); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO meta(key, value) VALUES (?1, ?2)
+			ON CONFLICT(key) DO UPDATE SET value = max(CAST(value AS INTEGER), excluded.value)`,
+			historyKeyPrefix+id, deliverySeqOf(next-1, maxOrdinals-1)); err != nil {
 			return err
 		}
 		return bumpSubscribersVersion(ctx, tx)

@@ -371,11 +371,12 @@ func (s *Store) UpdateSubscriber(ctx context.Context, id string, patch Subscribe
 //
 // The subscriber and its queue (every delivery not delivered, found through the indexes by
 // subscriber) go in one transaction, which also records its delivered history as to be deleted
-// (meta deleted_history:<id>). That history, in no index by subscriber (migration 0006), goes after it in
-// transactions of deleteWindow rows of the table each: one scan of a history of millions held
-// the writer, and every emit, for seconds. What a failure or a stop leaves of it is finished by
-// the next Prune, or before the id is created again (CreateSubscriber), so that no count trigger
-// of an old row ever lands on a new subscriber's counts; a failure here is not the caller's.
+// (meta deleted_history:<id>). That history, in no index by subscriber (migration 0006), goes
+// after it in transactions of deleteWindow rows of the table each: one scan of a history of
+// millions held the writer, and every emit, for seconds. What a failure or a stop leaves of it is
+// finished by the next Prune, or before the id is created again (CreateSubscriber), so that no
+// count trigger of an old row ever lands on a new subscriber's counts; a failure here is not the
+// caller's.
 func (s *Store) DeleteSubscriber(ctx context.Context, id string) error {
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM subscribers WHERE id = ?`, id)
@@ -390,7 +391,8 @@ func (s *Store) DeleteSubscriber(ctx context.Context, id string) error {
 		// prune, their count triggers would land on a subscriber created again under id.
 		for _, q := range append([]string{`DELETE FROM subscriber_secrets WHERE subscriber_id = ?1`,
 			`DELETE FROM limiter WHERE subscriber_id = ?1`,
-			`DELETE FROM deliveries WHERE seq >= 4611686018427387904 AND subscriber_id = ?1`}, deleteQueueSQL[:]...) {
+			`DELETE FROM deliveries WHERE seq >= ` + strconv.FormatInt(olderBinarySeqs, 10) + ` AND subscriber_id = ?1`},
+			deleteQueueSQL[:]...) {
 			if _, err := tx.ExecContext(ctx, q, id); err != nil {
 				return err
 			}
@@ -415,6 +417,10 @@ func (s *Store) DeleteSubscriber(ctx context.Context, id string) error {
 	_ = s.finishHistory(ctx, id) // what it leaves, Prune or CreateSubscriber finishes
 	return nil
 }
+
+// olderBinarySeqs is where the seqs of the rows a version-8 binary writes on a file of version 9
+// or later start (migration 0009's deliveries mark).
+const olderBinarySeqs = 1 << 62
 
 // historyKeyPrefix keys, in meta, the delivered history of a deleted subscriber still to delete:
 // the value is the largest seq of it (DeleteSubscriber).
@@ -487,7 +493,7 @@ func (s *Store) deleteHistory(ctx context.Context, id string, through int64) err
 
 // finishHistories finishes every deleted subscriber's history still recorded (Prune).
 func (s *Store) finishHistories(ctx context.Context) error {
-	rows, err := s.r.QueryContext(ctx, `SELECT substr(key, ?1) FROM meta WHERE key LIKE ?2 || '%'`, len(historyKeyPrefix)+1, historyKeyPrefix)
+	rows, err := s.r.QueryContext(ctx, `SELECT substr(key, ?1 + 1) FROM meta WHERE substr(key, 1, ?1) = ?2`, len(historyKeyPrefix), historyKeyPrefix)
 	if err != nil {
 		return err
 	}

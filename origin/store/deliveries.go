@@ -480,9 +480,9 @@ func (s *Store) pruneEvents(ctx context.Context, tx *sql.Tx, cutoff int64, after
 // (pruneEvents), then the fanouts no event is of any more (pruneFanouts). Each step runs in
 // transactions of about pruneChunk rows. It returns the number of deliveries deleted.
 func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
-	if err := s.finishHistories(ctx); err != nil {
-		return 0, fmt.Errorf("prune: %w", err)
-	}
+	// A history that cannot be finished now does not hold up retention: its rows are a deleted
+	// subscriber's, whose id is not given again until they are gone (CreateSubscriber).
+	histErr := s.finishHistories(ctx)
 	after := [2]int64{-1, 0} // before every event
 	var deliveries int64
 	for _, step := range []struct {
@@ -506,7 +506,7 @@ func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 				return err
 			})
 			if err != nil {
-				return deliveries, fmt.Errorf("prune: %w", err)
+				return deliveries, fmt.Errorf("prune: %w", errors.Join(histErr, err))
 			}
 			if step.total != nil {
 				*step.total += n
@@ -515,6 +515,9 @@ func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 				break
 			}
 		}
+	}
+	if histErr != nil {
+		return deliveries, fmt.Errorf("prune: %w", histErr)
 	}
 	return deliveries, nil
 }

@@ -666,3 +666,37 @@ func TestADeleteOverALeftRecordKeepsTheLargerBound(t *testing.T) {
 		t.Fatalf("%d rows and records of a's histories left", n)
 	}
 }
+
+// TestPruneGoesOnPastAHistoryItCannotFinish: a deleted subscriber's history that cannot be
+// finished (here a trigger refuses the removal of its record) does not hold up retention for the
+// others: Prune reports it and prunes the rest, and the next Prune finishes it.
+func TestPruneGoesOnPastAHistoryItCannotFinish(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	mustSub(t, s, SubscriberInput{ID: "b"})
+	mustEmit(t, s, "old", "t", `{}`)
+	deliverClaimed(t, s, clk.Now())
+	if _, err := s.w.Exec(`CREATE TRIGGER keep_record BEFORE DELETE ON meta WHEN OLD.key = 'deleted_history:a'
+		BEGIN SELECT RAISE(ABORT, 'kept'); END`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteSubscriber(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	record := func() int64 { return countRows(t, s, `SELECT count(*) FROM meta WHERE key = 'deleted_history:a'`) }
+	clk.Advance(48 * time.Hour)
+	if _, err := s.Prune(ctx, clk.Now().Add(-24*time.Hour)); err == nil || !strings.Contains(err.Error(), `"a"`) || record() != 1 {
+		t.Fatalf("prune beside a history it cannot finish: %v (record left: %d), want an error naming a", err, record())
+	}
+	if b := countRows(t, s, `SELECT count(*) FROM deliveries`); b != 0 {
+		t.Fatalf("%d deliveries left after that prune, want b's pruned too", b)
+	}
+	if _, err := s.w.Exec(`DROP TRIGGER keep_record`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Prune(ctx, clk.Now().Add(-24*time.Hour)); err != nil || record() != 0 {
+		t.Fatalf("the next prune (%v) left the record", err)
+	}
+}

@@ -491,7 +491,8 @@ func (s *Store) deleteHistory(ctx context.Context, id string, through int64) err
 	}
 }
 
-// finishHistories finishes every deleted subscriber's history still recorded (Prune).
+// finishHistories finishes every deleted subscriber's history still recorded (Prune), each one
+// whatever became of the others.
 func (s *Store) finishHistories(ctx context.Context) error {
 	rows, err := s.r.QueryContext(ctx, `SELECT substr(key, ?1 + 1) FROM meta WHERE substr(key, 1, ?1) = ?2`, len(historyKeyPrefix), historyKeyPrefix)
 	if err != nil {
@@ -510,12 +511,11 @@ func (s *Store) finishHistories(ctx context.Context) error {
 	if err := rows.Err(); err != nil {
 		return err
 	}
+	var errs []error
 	for _, id := range ids {
-		if err := s.finishHistory(ctx, id); err != nil {
-			return err
-		}
+		errs = append(errs, s.finishHistory(ctx, id))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // PauseSubscriber stops sending to a subscriber; its deliveries keep queueing. reason is recorded.

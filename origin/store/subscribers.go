@@ -378,6 +378,7 @@ func (s *Store) UpdateSubscriber(ctx context.Context, id string, patch Subscribe
 // count trigger of an old row ever lands on a new subscriber's counts; a failure here is not the
 // caller's.
 func (s *Store) DeleteSubscriber(ctx context.Context, id string) error {
+	var through int64 // the history's bound, as recorded
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM subscribers WHERE id = ?`, id)
 		if err != nil {
@@ -404,9 +405,9 @@ func (s *Store) DeleteSubscriber(ctx context.Context, id string) error {
 		if err := s.queryRow(ctx, tx, readSeqMarksSQL).Scan(&next); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO meta(key, value) VALUES (?1, ?2)
-			ON CONFLICT(key) DO UPDATE SET value = max(CAST(value AS INTEGER), excluded.value)`,
-			historyKeyPrefix+id, deliverySeqOf(next-1, maxOrdinals-1)); err != nil {
+		if err := tx.QueryRowContext(ctx, `INSERT INTO meta(key, value) VALUES (?1, ?2)
+			ON CONFLICT(key) DO UPDATE SET value = max(CAST(value AS INTEGER), excluded.value) RETURNING value`,
+			historyKeyPrefix+id, deliverySeqOf(next-1, maxOrdinals-1)).Scan(&through); err != nil {
 			return err
 		}
 		return bumpSubscribersVersion(ctx, tx)
@@ -414,7 +415,7 @@ func (s *Store) DeleteSubscriber(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	_ = s.finishHistory(ctx, id) // what it leaves, Prune or CreateSubscriber finishes
+	_ = s.deleteHistory(ctx, id, through) // what it leaves, Prune or CreateSubscriber finishes
 	return nil
 }
 
@@ -494,26 +495,30 @@ func (s *Store) deleteHistory(ctx context.Context, id string, through int64) err
 // finishHistories finishes every deleted subscriber's history still recorded (Prune), each one
 // whatever became of the others.
 func (s *Store) finishHistories(ctx context.Context) error {
-	rows, err := s.r.QueryContext(ctx, `SELECT substr(key, ?1 + 1) FROM meta WHERE substr(key, 1, ?1) = ?2`, len(historyKeyPrefix), historyKeyPrefix)
+	rows, err := s.r.QueryContext(ctx, `SELECT substr(key, ?1 + 1), value FROM meta WHERE substr(key, 1, ?1) = ?2`, len(historyKeyPrefix), historyKeyPrefix)
 	if err != nil {
 		return err
 	}
-	var ids []string
+	type history struct {
+		id      string
+		through int64
+	}
+	var histories []history
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
+		var h history
+		if err := rows.Scan(&h.id, &h.through); err != nil {
 			rows.Close()
 			return err
 		}
-		ids = append(ids, id)
+		histories = append(histories, h)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return err
 	}
 	var errs []error
-	for _, id := range ids {
-		errs = append(errs, s.finishHistory(ctx, id))
+	for _, h := range histories {
+		errs = append(errs, s.deleteHistory(ctx, h.id, h.through))
 	}
 	return errors.Join(errs...)
 }

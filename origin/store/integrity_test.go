@@ -469,6 +469,29 @@ func deliveredHistory(t *testing.T, s *Store, from, to int64, sub string) {
 	}
 }
 
+// refuseDeletes makes every delete from table that matches when fail, as on a full disk, until
+// the function it returns is called.
+func refuseDeletes(t *testing.T, s *Store, table, when string) (allow func()) {
+	t.Helper()
+	if _, err := s.w.Exec(`CREATE TRIGGER refuse_deletes BEFORE DELETE ON ` + table + ` WHEN ` + when + `
+		BEGIN SELECT RAISE(ABORT, 'refused'); END`); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		if _, err := s.w.Exec(`DROP TRIGGER refuse_deletes`); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// historyLeft counts the delivery rows of subscriber id and the record of its deleted history.
+func historyLeft(t *testing.T, s *Store, id string) int64 {
+	t.Helper()
+	return countRows(t, s, `SELECT count(*) FROM deliveries WHERE subscriber_id = ?`, id) +
+		countRows(t, s, `SELECT count(*) FROM meta WHERE key = ?`, historyKeyPrefix+id)
+}
+
 // TestDeleteSubscriberDeletesItsHistoryWindowByWindow: a deleted subscriber's delivered history,
 // which no index holds by subscriber, goes in windows of deleteWindow rows of the table, each its
 // own transaction, up to the seq recorded at the delete; the other subscribers' rows stay, and so
@@ -532,26 +555,18 @@ func TestADeletedHistoryLeftIsFinishedBeforeItsIDComesBack(t *testing.T) {
 			mustSub(t, s, SubscriberInput{ID: "a"})
 			mustEmit(t, s, "old", "t", `{}`)
 			deliverClaimed(t, s, clk.Now())
-			if _, err := s.w.Exec(`CREATE TRIGGER keep_history BEFORE DELETE ON deliveries WHEN OLD.status = 'delivered'
-				BEGIN SELECT RAISE(ABORT, 'kept'); END`); err != nil {
-				t.Fatal(err)
-			}
+			allow := refuseDeletes(t, s, "deliveries", "OLD.status = 'delivered'")
 			if err := s.DeleteSubscriber(ctx, "a"); err != nil {
 				t.Fatalf("delete with its history windows failing: %v", err)
 			}
 			if _, err := s.GetSubscriber(ctx, "a"); !errors.Is(err, ErrNotFound) {
 				t.Fatalf("after the delete: %v", err)
 			}
-			history := func() int64 {
-				return countRows(t, s, `SELECT count(*) FROM deliveries WHERE subscriber_id = 'a'`) +
-					countRows(t, s, `SELECT count(*) FROM meta WHERE key = 'deleted_history:a'`)
-			}
+			history := func() int64 { return historyLeft(t, s, "a") }
 			if h := history(); h != 2 {
 				t.Fatalf("history rows and records left: %d, want the delivered row and its record", h)
 			}
-			if _, err := s.w.Exec(`DROP TRIGGER keep_history`); err != nil {
-				t.Fatal(err)
-			}
+			allow()
 			if finish == "prune" {
 				if _, err := s.Prune(ctx, clk.Now().Add(-time.Hour)); err != nil || history() != 0 {
 					t.Fatalf("after a prune: %d history rows and records left (%v)", history(), err)
@@ -581,12 +596,6 @@ func TestAStaleHistoryFinishLeavesALaterDeleteRecorded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, clk := open(t, Options{})
-	exec := func(q string) {
-		t.Helper()
-		if _, err := s.w.Exec(q); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// deleteKept creates a with a delivered delivery of event, deletes it with its history
 	// windows failing, and returns the bound recorded.
 	deleteKept := func(event string) int64 {
@@ -594,12 +603,11 @@ func TestAStaleHistoryFinishLeavesALaterDeleteRecorded(t *testing.T) {
 		mustSub(t, s, SubscriberInput{ID: "a"})
 		mustEmit(t, s, event, "t", `{}`)
 		deliverClaimed(t, s, clk.Now())
-		exec(`CREATE TRIGGER keep_history BEFORE DELETE ON deliveries WHEN OLD.status = 'delivered'
-			BEGIN SELECT RAISE(ABORT, 'kept'); END`)
+		allow := refuseDeletes(t, s, "deliveries", "OLD.status = 'delivered'")
 		if err := s.DeleteSubscriber(ctx, "a"); err != nil {
 			t.Fatal(err)
 		}
-		exec(`DROP TRIGGER keep_history`)
+		allow()
 		return countRows(t, s, `SELECT value FROM meta WHERE key = 'deleted_history:a'`)
 	}
 	first := deleteKept("e1")
@@ -661,8 +669,7 @@ func TestADeleteOverALeftRecordKeepsTheLargerBound(t *testing.T) {
 	if err := s.DeleteSubscriber(ctx, "a"); err != nil {
 		t.Fatalf("delete beside a left record: %v", err)
 	}
-	if n := countRows(t, s, `SELECT count(*) FROM deliveries WHERE subscriber_id = 'a'`) +
-		countRows(t, s, `SELECT count(*) FROM meta WHERE key = 'deleted_history:a'`); n != 0 {
+	if n := historyLeft(t, s, "a"); n != 0 {
 		t.Fatalf("%d rows and records of a's histories left", n)
 	}
 }
@@ -678,10 +685,7 @@ func TestPruneGoesOnPastAHistoryItCannotFinish(t *testing.T) {
 	mustSub(t, s, SubscriberInput{ID: "b"})
 	mustEmit(t, s, "old", "t", `{}`)
 	deliverClaimed(t, s, clk.Now())
-	if _, err := s.w.Exec(`CREATE TRIGGER keep_record BEFORE DELETE ON meta WHEN OLD.key = 'deleted_history:a'
-		BEGIN SELECT RAISE(ABORT, 'kept'); END`); err != nil {
-		t.Fatal(err)
-	}
+	allow := refuseDeletes(t, s, "meta", "OLD.key = 'deleted_history:a'")
 	if err := s.DeleteSubscriber(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
@@ -693,9 +697,7 @@ func TestPruneGoesOnPastAHistoryItCannotFinish(t *testing.T) {
 	if b := countRows(t, s, `SELECT count(*) FROM deliveries`); b != 0 {
 		t.Fatalf("%d deliveries left after that prune, want b's pruned too", b)
 	}
-	if _, err := s.w.Exec(`DROP TRIGGER keep_record`); err != nil {
-		t.Fatal(err)
-	}
+	allow()
 	if _, err := s.Prune(ctx, clk.Now().Add(-24*time.Hour)); err != nil || record() != 0 {
 		t.Fatalf("the next prune (%v) left the record", err)
 	}

@@ -46,7 +46,8 @@ func (r *Relay) MaxBody() int64 { return r.cfg.MaxBody }
 // headers (400), hop signature and timestamp (401), subscriber record (404, or 500 for a record
 // that does not decode), dedup (200 duplicate), coalescing (429 coalesced), then the forward to
 // the subscriber, whose status, Retry-After and body excerpt are relayed (504 on its timeout, 502
-// when it cannot be reached). Marks are written only after a 2xx.
+// when it cannot be reached or answers a status outside 200–599). Marks are written only after a
+// 2xx.
 func (r *Relay) Handle(ctx context.Context, req *Request) *Response {
 	return r.HandleWith(ctx, req, new(Scratch))
 }
@@ -262,6 +263,11 @@ func (r *Relay) forward(ctx context.Context, a *Scratch, req *Request, hop *sign
 	a.up = UpstreamRequest{URL: rec.URL, Header: forwardHeader(a.header[:0], req.Header, rec.Headers), Body: req.Body, Timeout: rec.Timeout()}
 	up, err := r.deps.Upstream.Do(ctx, &a.up)
 	latency := strconv.FormatInt(r.deps.Clock.Now().Sub(start).Milliseconds(), 10)
+	if err == nil && (up.Status < 200 || up.Status > 599) {
+		// Not a final HTTP status the edge can answer with: the Worker's Response refuses one
+		// outside 200–599 (it would throw, and the origin get no outcome at all).
+		err = fmt.Errorf("it answered status %d, outside 200–599", up.Status)
+	}
 	if err != nil {
 		var resp *Response
 		if errors.Is(err, ErrUpstreamTimeout) || errors.Is(err, context.DeadlineExceeded) {

@@ -71,8 +71,9 @@ func (c *candidate) held(res *ClaimResult) {
 
 // Claim leases up to p.Limit due deliveries in one write transaction:
 //
-//   - Leases that expired (a crashed or stuck engine) are returned to pending first, by the first
-//     claim in each rescueInterval of claim time.
+//   - Leases that expired (a crashed or stuck engine) are returned to the queue first (held if
+//     their subscriber was disabled meanwhile), by the first claim in each rescueInterval of claim
+//     time.
 //   - Subscribers are served round robin (least recently claimed first), each at most its fair
 //     share of the limit in a first pass, so a subscriber with 100,000 due deliveries cannot delay
 //     one with 1; a second pass hands the unused share to those that had more.
@@ -226,16 +227,17 @@ func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, cl claimPlan, moves cou
 // least a second long.
 const rescueInterval = time.Second
 
-// rescueExpired returns deliveries whose lease expired (their engine crashed or hung) to pending,
-// and counts them (before the candidates are read from the counts). It looks before it writes:
-// nearly always nothing has expired.
+// rescueExpired returns deliveries whose lease expired (their engine crashed or hung) to the queue
+// as a release would (pending, or held if their subscriber was disabled meanwhile), and counts
+// them (before the candidates are read from the counts). It looks before it writes: nearly always
+// nothing has expired.
 func (s *Store) rescueExpired(ctx context.Context, tx *sql.Tx, now int64) error {
 	var expired bool
 	if err := s.queryRow(ctx, tx, `SELECT EXISTS (SELECT 1 FROM deliveries WHERE `+expiredSQL+`)`, now).Scan(&expired); err != nil || !expired {
 		return err
 	}
-	rows, err := s.query(ctx, tx, `UPDATE deliveries SET status = 'pending', lease_token = '', lease_expires_at = 0, updated_at = ?1
-		WHERE `+expiredSQL+` RETURNING subscriber_id`, now)
+	rows, err := s.query(ctx, tx, `UPDATE deliveries SET status = `+unsentStatus+`, lease_token = '', lease_expires_at = 0, updated_at = ?1
+		WHERE `+expiredSQL+` RETURNING subscriber_id, status`, now)
 	if err != nil {
 		return err
 	}
@@ -243,10 +245,11 @@ func (s *Store) rescueExpired(ctx context.Context, tx *sql.Tx, now int64) error 
 	c := countDeltas{}
 	for rows.Next() {
 		var sub string
-		if err := rows.Scan(&sub); err != nil {
+		var status Status
+		if err := rows.Scan(&sub, &status); err != nil {
 			return err
 		}
-		c.move(sub, StatusLeased, StatusPending, 1)
+		c.move(sub, StatusLeased, status, 1)
 	}
 	if err := rows.Err(); err != nil {
 		return err

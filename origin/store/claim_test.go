@@ -421,6 +421,35 @@ func TestGoneHoldsDeliveriesUntilResume(t *testing.T) {
 	}
 }
 
+// TestAnExpiredLeaseOfADisabledSubscriberIsHeld: a delivery whose lease expires after its
+// subscriber was disabled (its sender crashed) goes back as held, as its settle would have put
+// it, not pending: a disabled subscriber's queue is held until it is resumed.
+func TestAnExpiredLeaseOfADisabledSubscriberIsHeld(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	emitN(t, s, "x", 3)
+	lost := claim(t, s, clk.Now(), 1).Deliveries[0] // its sender never settles
+	if _, err := s.setState(ctx, "a", StateDisabled, "410 Gone"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(2 * time.Minute) // the lease ends; the next claim looks for expired leases
+	claim(t, s, clk.Now(), 10)
+	if c := counts(t, s, "a"); c[StatusHeld] != 3 || c[StatusPending] != 0 || c[StatusLeased] != 0 {
+		t.Fatalf("counts %v after the rescue, want all 3 held", c)
+	}
+	if d, err := s.GetDelivery(ctx, lost.DeliveryID); err != nil || d.Status != StatusHeld {
+		t.Fatalf("the rescued delivery: %+v %v, want held", d, err)
+	}
+	if _, err := s.ResumeSubscriber(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if res := claim(t, s, clk.Now(), 10); len(res.Deliveries) != 3 {
+		t.Fatalf("after resume %d claimed, want the 3 held", len(res.Deliveries))
+	}
+}
+
 func TestRetryReplayListAndPrune(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -80,8 +80,11 @@ func (r *Relay) HandleWith(ctx context.Context, req *Request, s *Scratch) *Respo
 		return Reject(400, wire.ReasonMalformedHeader, "%v", err)
 	}
 	if err := signature.VerifyValidHop(r.cfg.Secrets, &hop, text.Signature, req.Body, r.deps.Clock.Now(), r.cfg.Tolerance); err != nil {
-		if errors.Is(err, signature.ErrTimestamp) {
+		switch {
+		case errors.Is(err, signature.ErrTimestamp):
 			return Reject(401, wire.ReasonStaleTimestamp, "hop %v", err)
+		case errors.Is(err, signature.ErrMalformed): // a negative timestamp, no usable v1 entry
+			return Reject(400, wire.ReasonMalformedHeader, "hop %v", err)
 		}
 		return Reject(401, wire.ReasonBadSignature, "hop signature: %v (is %s the origin's edge secret?)", err, EnvSecret)
 	}

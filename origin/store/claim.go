@@ -229,20 +229,46 @@ const rescueInterval = time.Second
 
 // rescueExpired returns deliveries whose lease expired (their engine crashed or hung) to the queue
 // as a release would (pending, or held if their subscriber was disabled meanwhile), and counts
-// them (before the candidates are read from the counts). It looks before it writes: nearly always
-// nothing has expired.
+// them (before the candidates are read from the counts): rows leased, and the deliveries of
+// expired ranges (migration 0011), which get their rows here. It looks before it writes: nearly
+// always nothing has expired.
 func (s *Store) rescueExpired(ctx context.Context, tx *sql.Tx, now int64) error {
 	var expired bool
-	if err := s.queryRow(ctx, tx, `SELECT EXISTS (SELECT 1 FROM deliveries WHERE `+expiredSQL+`)`, now).Scan(&expired); err != nil || !expired {
+	if err := s.queryRow(ctx, tx, `SELECT EXISTS (SELECT 1 FROM deliveries WHERE `+expiredSQL+`)
+		OR EXISTS (SELECT 1 FROM leases WHERE expires_at <= ?1)`, now).Scan(&expired); err != nil || !expired {
 		return err
 	}
-	rows, err := s.query(ctx, tx, `UPDATE deliveries SET status = `+unsentStatus+`, lease_token = '', lease_expires_at = 0, updated_at = ?1
-		WHERE `+expiredSQL+` RETURNING subscriber_id, status`, now)
+	c := countDeltas{}
+	for _, q := range rescueSQL {
+		if err := s.rescue(ctx, tx, q, now, c); err != nil {
+			return err
+		}
+	}
+	if _, err := s.exec(ctx, tx, `DELETE FROM leases WHERE expires_at <= ?`, now); err != nil {
+		return err
+	}
+	return c.write(ctx, s, tx)
+}
+
+// rescueSQL returns the deliveries of leases expired at ?1 to the queue, returning their
+// subscribers and new statuses: the rows leased, then the leased ranges' deliveries without one.
+var rescueSQL = [...]string{
+	`UPDATE deliveries SET status = ` + unsentStatus + `, lease_token = '', lease_expires_at = 0, updated_at = ?1
+		WHERE ` + expiredSQL + ` RETURNING subscriber_id, status`,
+	`INSERT INTO deliveries(seq, event_seq, subscriber_id, status, next_attempt_at, age_from, created_at, updated_at)
+		SELECT d.seq, d.event_seq, d.subscriber_id, CASE WHEN s.state = 'disabled' THEN 'held' ELSE 'pending' END,
+			d.next_attempt_at, d.age_from, d.created_at, ?1
+		FROM leased_deliveries d JOIN subscribers s ON s.id = d.subscriber_id WHERE d.lease_expires_at <= ?1
+		RETURNING subscriber_id, status`,
+}
+
+// rescue runs one of rescueSQL and counts what it returned to the queue in c.
+func (s *Store) rescue(ctx context.Context, tx *sql.Tx, q string, now int64, c countDeltas) error {
+	rows, err := s.query(ctx, tx, q, now)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
-	c := countDeltas{}
 	for rows.Next() {
 		var sub string
 		var status Status
@@ -251,11 +277,7 @@ func (s *Store) rescueExpired(ctx context.Context, tx *sql.Tx, now int64) error 
 		}
 		c.move(sub, StatusLeased, status, 1)
 	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	rows.Close()
-	return c.write(ctx, s, tx)
+	return rows.Err()
 }
 
 // expiredSQL selects the leases expired at ?1, through deliveries_leased (whose condition it
@@ -458,7 +480,7 @@ func (s *Store) claimFirsts(ctx context.Context, tx *sql.Tx, asks []claimAsk, by
 		out = got
 	}
 	// The cursors move with the buckets (spendTokens).
-	got, err := s.fanoutRows(ctx, tx, takes, fanoutState{status: StatusLeased, token: token, leaseUntil: leaseUntil, now: now})
+	got, err := s.fanoutLeases(ctx, tx, takes, token, leaseUntil, now)
 	if err != nil {
 		return nil, err
 	}

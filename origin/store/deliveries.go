@@ -128,6 +128,13 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (DeliveryP
 		}
 		list = mergeNewestFirst(list, fanned)
 	}
+	if f.Status == "" || f.Status == StatusLeased {
+		leased, err := s.listPage(ctx, tx, leasedPageSQL+cond+` ORDER BY d.seq DESC LIMIT ?`, append(slices.Clone(args), f.Limit+1))
+		if err != nil {
+			return DeliveryPage{}, err
+		}
+		list = mergeNewestFirst(list, leased)
+	}
 	var page DeliveryPage
 	for i, d := range list {
 		if i == f.Limit {
@@ -141,6 +148,10 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (DeliveryP
 
 // rowsPageSQL lists delivery rows; the caller adds conditions (AND …), the order and the limit.
 const rowsPageSQL = `SELECT ` + deliveryColumns + ` FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE 1`
+
+// leasedPageSQL lists the leased deliveries that are not rows (migration 0011); the caller adds
+// conditions, the order and the limit. They are a few claims' worth, read from the leases.
+const leasedPageSQL = `SELECT ` + deliveryColumns + ` FROM leased_deliveries d JOIN events e ON e.seq = d.event_seq WHERE 1`
 
 // fanoutPageSQL and fanoutPageOrder list the deliveries that are not rows yet, around the
 // caller's conditions: newest event first (the view's outer loop), then a partial sort of each
@@ -239,12 +250,15 @@ func (s *Store) GetDelivery(ctx context.Context, id string) (*Delivery, error) {
 	return &d, rows.Err()
 }
 
-// fanoutDelivery reads the delivery of seq that is not a row yet, or sql.ErrNoRows.
+// fanoutDelivery reads the delivery of seq that is not a row yet, pending or leased, or
+// sql.ErrNoRows.
 func (s *Store) fanoutDelivery(ctx context.Context, q interface {
 	QueryRowContext(context.Context, string, ...any) *sql.Row
 }, seq int64) (Delivery, error) {
 	d, _, err := s.scanDelivery(q.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM fanout_deliveries d JOIN events e ON e.seq = d.event_seq
-		WHERE d.event_seq = ? AND d.seq = ?`, seq>>ordinalBits, seq))
+		WHERE d.event_seq = ?1 AND d.seq = ?2
+		UNION ALL SELECT `+deliveryColumns+` FROM leased_deliveries d JOIN events e ON e.seq = d.event_seq
+		WHERE d.event_seq = ?1 AND d.seq = ?2`, seq>>ordinalBits, seq))
 	return d, err
 }
 
@@ -438,6 +452,7 @@ const pruneChunk = 2000
 // delivery needs it, a row or not.
 var prunableEventsSQL = `SELECT seq, created_at, NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = e.seq)
 		AND NOT EXISTS (SELECT 1 FROM fanout_deliveries f WHERE f.event_seq = e.seq)
+		AND NOT EXISTS (SELECT 1 FROM leased_deliveries f WHERE f.event_seq = e.seq)
 	FROM events e INDEXED BY events_created WHERE created_at < ?1 AND (created_at, seq) > (?2, ?3)
 	ORDER BY created_at, seq LIMIT ` + strconv.Itoa(pruneChunk)
 

@@ -143,6 +143,9 @@ func (s *Store) settleTx(ctx context.Context, tx *sql.Tx, now time.Time, policy 
 	if err != nil {
 		return 0, fmt.Errorf("settle: %w", err)
 	}
+	if err := s.settleLeased(ctx, tx, rows, ms(now), attempts, settled); err != nil {
+		return 0, fmt.Errorf("settle: %w", err)
+	}
 	if err := s.countDelivered(ctx, tx, settled, ms(now)); err != nil {
 		return 0, fmt.Errorf("settle: %w", err)
 	}
@@ -178,10 +181,11 @@ type settleRow struct {
 	KeepLast int // 1: leave last_status and last_error (release)
 	Code     int
 	Error    string
+	Sub      string // the subscriber, for a delivery leased as part of a range (settleLeasedSQL only)
 }
 
 func newSettleRow(it *Settlement) (settleRow, error) {
-	r := settleRow{Seq: it.Seq, Token: it.LeaseToken, Code: it.Status, Error: it.Error}
+	r := settleRow{Seq: it.Seq, Token: it.LeaseToken, Code: it.Status, Error: it.Error, Sub: it.SubscriberID}
 	switch it.Result {
 	case ResultDelivered:
 		r.Status, r.Inc, r.Error = "delivered", 1, ""
@@ -235,6 +239,94 @@ func (s *Store) settleDeliveries(ctx context.Context, tx *sql.Tx, batch []settle
 	})
 	return out, err
 }
+
+// settleLeased writes the rows of the batch's deliveries that settleDeliveries did not find as rows
+// and that a lease of their subscriber with their token holds (migration 0011): each in its final
+// state, in one insert. It adds them to done and the moves out of leased to c, and takes them off
+// their leases' counts, deleting the leases with none left. Whatever no lease holds any more (it
+// expired and was rescued, or the subscriber was deleted) is stale, as a row with another token.
+func (s *Store) settleLeased(ctx context.Context, tx *sql.Tx, batch []settleRow, now int64, done map[int64]int, c countDeltas) error {
+	var list []any // settleRow fields, settleLeasedSQL's j
+	for _, r := range batch {
+		if _, ok := done[r.Seq]; !ok {
+			list = append(list, r.Seq, r.Token, r.Status, r.Inc, r.Next, r.Reason, r.KeepLast, r.Code, r.Error, r.Sub)
+		}
+	}
+	if len(list) == 0 {
+		return nil
+	}
+	tokens := make(map[int64]string, len(batch))
+	for _, r := range batch {
+		tokens[r.Seq] = r.Token
+	}
+	settled := map[[2]string]int{} // (subscriber, token) → deliveries
+	var args []any
+	err := padded(len(list)/10, func(k, lo, hi int) error {
+		args = append(append(args[:0], now), list[10*lo:10*hi]...)
+		rows, err := s.query(ctx, tx, settleLeasedSQL[k], padNulls(args, k, hi-lo, 10)...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var seq int64
+			var attempts int
+			var sub string
+			var status Status
+			if err := rows.Scan(&seq, &attempts, &sub, &status); err != nil {
+				return err
+			}
+			done[seq] = attempts
+			c.move(sub, StatusLeased, status, 1)
+			settled[[2]string{sub, tokens[seq]}]++
+		}
+		return rows.Err()
+	})
+	if err != nil || len(settled) == 0 {
+		return err
+	}
+	var counts []any // subscriber, token, deliveries settled
+	for k, n := range settled {
+		counts = append(counts, k[0], k[1], n)
+	}
+	if err := s.execPadded(ctx, tx, &leasesSettledSQL, nil, counts, 3); err != nil {
+		return err
+	}
+	_, err = s.exec(ctx, tx, `DELETE FROM leases WHERE remaining <= 0`)
+	return err
+}
+
+// settleLeasedSQL inserts the rows of deliveries leased as part of a range: parameters now, then
+// each settleRow's fields and its subscriber. The delivery must be of an event in the range of a
+// lease of that subscriber with that token, in one of the subscriber's fanouts; one that has a
+// row already (rescued, or settled) conflicts and is skipped.
+var settleLeasedSQL = chunkSQL(10, func(values string) string {
+	return `INSERT INTO deliveries(seq, event_seq, subscriber_id, status, reason, attempts, next_attempt_at, age_from,
+			last_status, last_error, created_at, updated_at, delivered_at)
+		SELECT j.seq, e.seq, s.id,
+			CASE j.status WHEN 'unsent' THEN CASE WHEN s.state = 'disabled' THEN 'held' ELSE 'pending' END ELSE j.status END,
+			CASE WHEN j.status = 'dead' THEN j.reason ELSE '' END, j.inc,
+			CASE WHEN j.next > 0 THEN j.next ELSE e.created_at END, e.created_at,
+			CASE WHEN j.keep_last = 1 THEN 0 ELSE j.code END, CASE WHEN j.keep_last = 1 THEN '' ELSE j.error END,
+			e.created_at, t.now, CASE WHEN j.status = 'delivered' THEN t.now ELSE 0 END
+		FROM (SELECT ? AS now) AS t,
+			(SELECT column1 AS seq, column2 AS token, column3 AS status, column4 AS inc, column5 AS next, column6 AS reason,
+				column7 AS keep_last, column8 AS code, column9 AS error, column10 AS sub FROM (` + values + `)) AS j
+			JOIN leases ls ON ls.subscriber_id = j.sub AND ls.token = j.token
+			JOIN subscribers s ON s.id = ls.subscriber_id
+			JOIN events e ON e.seq = j.seq >> ` + fmt.Sprint(ordinalBits) + `
+		WHERE (j.seq & ` + fmt.Sprint(maxOrdinals-1) + `) = s.ordinal AND e.seq > ls.after_seq AND e.seq <= ls.through_seq
+			AND e.fanout <> 0 AND EXISTS (SELECT 1 FROM fanout_members m WHERE m.fanout = e.fanout AND m.ordinal = s.ordinal)
+		ON CONFLICT(seq) DO NOTHING
+		RETURNING seq, attempts, subscriber_id, status`
+})
+
+// leasesSettledSQL takes settled deliveries off their leases' counts: each subscriber, token and
+// count.
+var leasesSettledSQL = chunkSQL(3, func(values string) string {
+	return `UPDATE leases SET remaining = remaining - j.column3 FROM (` + values + `) AS j
+		WHERE leases.subscriber_id = j.column1 AND leases.token = j.column2`
+})
 
 // deliveredKeep is how many seconds delivered_by_second keeps: Stats reads the last minute.
 const deliveredKeep = 120

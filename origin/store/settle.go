@@ -139,11 +139,12 @@ func newSettleRows(items []Settlement) ([]settleRow, error) {
 // moves out of leased to moves, for the caller to write.
 func (s *Store) settleTx(ctx context.Context, tx *sql.Tx, now time.Time, policy CircuitPolicy, items []Settlement, rows []settleRow, moves countDeltas) (int, error) {
 	settled := countDeltas{}
-	attempts, err := s.settleDeliveries(ctx, tx, rows, ms(now), settled)
-	if err != nil {
+	attempts := map[int64]int{}
+	// Leased ranges first: in a drain every settlement is of one, and nothing is left to update.
+	if err := s.settleLeased(ctx, tx, rows, ms(now), attempts, settled); err != nil {
 		return 0, fmt.Errorf("settle: %w", err)
 	}
-	if err := s.settleLeased(ctx, tx, rows, ms(now), attempts, settled); err != nil {
+	if err := s.settleDeliveries(ctx, tx, rows, ms(now), attempts, settled); err != nil {
 		return 0, fmt.Errorf("settle: %w", err)
 	}
 	if err := s.countDelivered(ctx, tx, settled, ms(now)); err != nil {
@@ -207,16 +208,21 @@ func newSettleRow(it *Settlement) (settleRow, error) {
 // disabled, pending otherwise.
 const unsentStatus = `CASE WHEN (SELECT state FROM subscribers WHERE id = deliveries.subscriber_id) = 'disabled' THEN 'held' ELSE 'pending' END`
 
-// settleDeliveries applies the batch where the lease token still matches, adds the moves out of
-// leased to c, and returns the new attempt count of each delivery settled. The unary + keeps the
-// planner from driving the join from the status index (a scan of every leased row per batch row):
-// it walks the batch and looks each delivery up by its primary key.
-func (s *Store) settleDeliveries(ctx context.Context, tx *sql.Tx, batch []settleRow, now int64, c countDeltas) (map[int64]int, error) {
-	out := map[int64]int{}
-	args := make([]any, 0, 1+9*len(batch))
-	err := padded(len(batch), func(k, lo, hi int) error {
+// settleDeliveries applies the rest of the batch (those not in done) to the rows leased with their
+// token, adds them to done with their new attempt counts, and adds the moves out of leased to c.
+// The unary + keeps the planner from driving the join from the status index (a scan of every
+// leased row per batch row): it walks the batch and looks each delivery up by its primary key.
+func (s *Store) settleDeliveries(ctx context.Context, tx *sql.Tx, batch []settleRow, now int64, done map[int64]int, c countDeltas) error {
+	var rest []settleRow
+	for _, r := range batch {
+		if _, ok := done[r.Seq]; !ok {
+			rest = append(rest, r)
+		}
+	}
+	args := make([]any, 0, 1+9*len(rest))
+	return padded(len(rest), func(k, lo, hi int) error {
 		args = append(args[:0], now)
-		for _, r := range batch[lo:hi] {
+		for _, r := range rest[lo:hi] {
 			args = append(args, r.Seq, r.Token, r.Status, r.Inc, r.Next, r.Reason, r.KeepLast, r.Code, r.Error)
 		}
 		rows, err := s.query(ctx, tx, settleSQL[k], padNulls(args, k, hi-lo, 9)...)
@@ -232,17 +238,15 @@ func (s *Store) settleDeliveries(ctx context.Context, tx *sql.Tx, batch []settle
 			if err := rows.Scan(&seq, &attempts, &sub, &status); err != nil {
 				return err
 			}
-			out[seq] = attempts
+			done[seq] = attempts
 			c.move(sub, StatusLeased, status, 1)
 		}
 		return rows.Err()
 	})
-	return out, err
 }
 
-// settleLeased writes the rows of the batch's deliveries that settleDeliveries did not find as rows
-// and that a lease of their subscriber with their token holds (migration 0011): each in its final
-// state, in one insert. It adds them to done and the moves out of leased to c, and takes them off
+// settleLeased writes the rows of the batch's deliveries that a lease of their subscriber with their
+// token holds as part of its range (migration 0011): each in its final state, in one insert. It adds them to done and the moves out of leased to c, and takes them off
 // their leases' counts, deleting the leases with none left. Whatever no lease holds any more (it
 // expired and was rescued, or the subscriber was deleted) is stale, as a row with another token.
 func (s *Store) settleLeased(ctx context.Context, tx *sql.Tx, batch []settleRow, now int64, done map[int64]int, c countDeltas) error {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -197,5 +198,58 @@ func TestDeletingASubscriberEndsItsLeases(t *testing.T) {
 	}
 	if n := countRows(t, s, `SELECT count(*) FROM deliveries`); n != 0 {
 		t.Fatalf("%d rows written for a deleted subscriber", n)
+	}
+}
+
+// TestRowsLeasedBeforeVersion11SettleAndExpire: deliveries a version-10 binary leased as rows
+// settle after the upgrade as they did before, and those whose lease expires come back pending.
+func TestRowsLeasedBeforeVersion11SettleAndExpire(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "v10.db")
+	clk := newClock()
+	old, err := openVersion(ctx, Options{Path: path, Now: clk.Now}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSub(t, old, SubscriberInput{ID: "a"})
+	emitN(t, old, "x", 3)
+	// What a version-10 claim wrote: each delivery a leased row, the cursor past them.
+	for _, q := range []string{
+		`INSERT INTO deliveries(seq, event_seq, subscriber_id, status, next_attempt_at, age_from, lease_token, lease_expires_at, created_at, updated_at)
+			SELECT (e.seq << 20) | s.ordinal, e.seq, s.id, 'leased', e.created_at, e.created_at, 'old-token', ?1 + 60000, e.created_at, ?1
+			FROM events e JOIN subscribers s ON s.id = 'a'`,
+		`UPDATE limiter SET cursor = (SELECT max(seq) FROM events) WHERE subscriber_id = 'a'`,
+		`UPDATE queue_counts SET status = 'leased' WHERE subscriber_id = 'a' AND status = 'pending'`,
+	} {
+		if _, err := old.w.Exec(q, ms(clk.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := open(t, Options{Path: path, Now: clk.Now})
+	page, err := s.ListDeliveries(ctx, DeliveryFilter{Status: StatusLeased})
+	if err != nil || len(page.Deliveries) != 3 {
+		t.Fatalf("leased after the upgrade: %+v %v, want the 3 rows", page, err)
+	}
+	seq, err := s.deliverySeq(page.Deliveries[2].ID) // the oldest
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stale := settle(t, s, clk.Now(), Settlement{Seq: seq, LeaseToken: "old-token", SubscriberID: "a", Result: ResultDelivered}); stale != 0 {
+		t.Fatal("a row leased by version 10 could not settle")
+	}
+	clk.Advance(2 * time.Minute)
+	res := claim(t, s, clk.Now(), 10)
+	if len(res.Deliveries) != 2 {
+		t.Fatalf("claimed %d after the old lease expired, want its 2 unsettled", len(res.Deliveries))
+	}
+	for _, c := range res.Deliveries {
+		settle(t, s, clk.Now(), done(c, ResultDelivered))
+	}
+	if c := counts(t, s, "a"); c[StatusDelivered] != 3 {
+		t.Fatalf("counts %v, want 3 delivered", c)
 	}
 }

@@ -817,7 +817,7 @@ func TestQueueFull(t *testing.T) {
 // rescue of an expired lease go on from there.
 func TestMigrateKeepsTheQueue(t *testing.T) {
 	t.Parallel()
-	for _, version := range []int{2, 4, 5, 10} {
+	for _, version := range []int{2, 4, 5} {
 		t.Run(fmt.Sprintf("from=%d", version), func(t *testing.T) {
 			t.Parallel()
 			migrateKeepsTheQueue(t, version)

@@ -80,12 +80,12 @@ func (c *candidate) held(res *ClaimResult) {
 //   - A subscriber's take is bounded by its token bucket (lazily refilled at rate, clamped at
 //     burst, spent here so every process shares it), its in-flight cap, a Retry-After pause, and
 //     the circuit breaker (open: nothing; cool-down over: one probe).
-//   - First attempts are taken before retries: those with a row (coalesced) first, then those of
-//     the subscriber's fanouts, which become rows here (fanout.go).
+//   - First attempts are taken before retries: those with a row (coalesced, released or resumed)
+//     and those of the subscriber's fanouts, oldest event first.
 //
 // Each subscriber's rows are taken with one UPDATE … WHERE seq IN (SELECT … LIMIT n) RETURNING
-// statement stamping a random lease token and the expiry, and its fanout deliveries inserted so
-// leased; Settle checks that token.
+// statement stamping a random lease token and the expiry; its fanout deliveries are leased as one
+// range of events under that token, without rows (fanoutLeases). Settle checks the token.
 func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 	c, err := s.newClaim(p)
 	if err != nil {

@@ -12,8 +12,10 @@ import (
 )
 
 // Fan-out at claim (migration 0009): an event stores its fanout, the set of subscribers it is for,
-// and each subscriber's delivery becomes a row when a claim leases it (or when the backlog cap or a
-// disable settles it). A subscriber's cursor is the last event seq up to which that happened.
+// and a claim leases each subscriber's deliveries as a range of events past its cursor, then moves
+// the cursor over them (migration 0011: leases); each becomes a row when it settles (or when the
+// backlog cap or a disable settles it without a claim). A subscriber's cursor is the last event
+// seq up to which its deliveries are rows or leased.
 
 // ordinalBits is how many low bits of a delivery seq hold its subscriber's ordinal.
 const ordinalBits = 20

@@ -250,7 +250,9 @@ func (r *Relay) coalesced(mark *KVRead, window time.Duration) *Response {
 	if err != nil {
 		return nil // a mark this relay did not write: forward rather than hold the key back forever
 	}
-	left := time.UnixMilli(ms).Add(window).Sub(r.deps.Clock.Now())
+	// At most a window: a mark dated ahead of this clock (another's, or written by hand) must not
+	// hold the key back, and the origin's delivery with it, for longer.
+	left := min(time.UnixMilli(ms).Add(window).Sub(r.deps.Clock.Now()), window)
 	if left <= 0 {
 		return nil
 	}

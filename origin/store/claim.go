@@ -40,6 +40,8 @@ type ClaimResult struct {
 	// NextToken, when not zero, is how soon the token bucket of such a subscriber has its next
 	// token: claiming again then keeps the rate precise without polling fast.
 	NextToken time.Duration
+
+	superseded int64 // deliveries whose expired lease ended superseded (rescueExpired)
 }
 
 // candidate is a subscriber that may be claimed for, with its budget.
@@ -100,6 +102,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 		return ClaimResult{}, err
 	}
 	s.claimed(c)
+	s.counters.add(res.superseded, 0)
 	return res, nil
 }
 
@@ -136,7 +139,8 @@ func (s *Store) claimed(c claimPlan) {
 func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, cl claimPlan, moves countDeltas) (ClaimResult, error) {
 	var res ClaimResult
 	if cl.rescue {
-		if err := s.rescueExpired(ctx, tx, cl.now); err != nil {
+		var err error
+		if res.superseded, err = s.rescueExpired(ctx, tx, cl.now); err != nil {
 			return res, fmt.Errorf("claim: rescue expired leases: %w", err)
 		}
 	}
@@ -228,18 +232,19 @@ func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, cl claimPlan, moves cou
 const rescueInterval = time.Second
 
 // rescueExpired returns deliveries whose lease expired (their engine crashed or hung) to the queue
-// as a release would (pending, or held if their subscriber was disabled meanwhile), and counts
-// them (before the candidates are read from the counts). It looks before it writes: nearly always
+// as a release would (pending, held if their subscriber was disabled meanwhile, superseded if a
+// newer event with their coalesce key was emitted), counts them (before the candidates are read
+// from the counts), and returns how many it superseded. It looks before it writes: nearly always
 // nothing has expired.
-func (s *Store) rescueExpired(ctx context.Context, tx *sql.Tx, now int64) error {
+func (s *Store) rescueExpired(ctx context.Context, tx *sql.Tx, now int64) (superseded int64, err error) {
 	var expired bool
 	if err := s.queryRow(ctx, tx, `SELECT EXISTS (SELECT 1 FROM deliveries WHERE `+expiredSQL+`)`, now).Scan(&expired); err != nil || !expired {
-		return err
+		return 0, err
 	}
-	rows, err := s.query(ctx, tx, `UPDATE deliveries SET status = `+unsentStatus+`, lease_token = '', lease_expires_at = 0, updated_at = ?1
+	rows, err := s.query(ctx, tx, `UPDATE deliveries SET status = `+returnedStatus+`, lease_token = '', lease_expires_at = 0, updated_at = ?1
 		WHERE `+expiredSQL+` RETURNING subscriber_id, status`, now)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer rows.Close()
 	c := countDeltas{}
@@ -247,15 +252,15 @@ func (s *Store) rescueExpired(ctx context.Context, tx *sql.Tx, now int64) error 
 		var sub string
 		var status Status
 		if err := rows.Scan(&sub, &status); err != nil {
-			return err
+			return 0, err
 		}
 		c.move(sub, StatusLeased, status, 1)
 	}
 	if err := rows.Err(); err != nil {
-		return err
+		return 0, err
 	}
 	rows.Close()
-	return c.write(ctx, s, tx)
+	return c.total(StatusSuperseded), c.write(ctx, s, tx)
 }
 
 // expiredSQL selects the leases expired at ?1, through deliveries_leased (whose condition it

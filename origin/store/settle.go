@@ -78,13 +78,18 @@ func (s *Store) Settle(ctx context.Context, now time.Time, policy CircuitPolicy,
 	if err != nil {
 		return 0, err
 	}
+	var superseded int64
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		moves := countDeltas{}
 		if stale, err = s.settleTx(ctx, tx, now, policy, items, rows, moves); err != nil {
 			return err
 		}
+		superseded = moves.total(StatusSuperseded)
 		return moves.write(ctx, s, tx)
 	})
+	if err == nil {
+		s.counters.add(superseded, 0)
+	}
 	return stale, err
 }
 
@@ -101,6 +106,7 @@ func (s *Store) SettleAndClaim(ctx context.Context, now time.Time, policy Circui
 	if err != nil {
 		return 0, ClaimResult{}, err
 	}
+	var superseded int64
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		moves := countDeltas{} // the settle's and the claim's, written once
 		if len(items) > 0 {
@@ -108,6 +114,7 @@ func (s *Store) SettleAndClaim(ctx context.Context, now time.Time, policy Circui
 				return err
 			}
 		}
+		superseded = moves.total(StatusSuperseded)
 		res, err = s.claimTx(ctx, tx, c, moves)
 		return err
 	})
@@ -115,6 +122,7 @@ func (s *Store) SettleAndClaim(ctx context.Context, now time.Time, policy Circui
 		return 0, ClaimResult{}, err
 	}
 	s.claimed(c)
+	s.counters.add(superseded+res.superseded, 0)
 	return stale, res, nil
 }
 
@@ -203,6 +211,10 @@ func newSettleRow(it *Settlement) (settleRow, error) {
 // disabled, pending otherwise.
 const unsentStatus = `CASE WHEN (SELECT state FROM subscribers WHERE id = deliveries.subscriber_id) = 'disabled' THEN 'held' ELSE 'pending' END`
 
+// returnedStatus is the status of a delivery in flight that comes back unsent: superseded if a
+// newer event with its coalesce key was emitted meanwhile (supersedeStored), else unsentStatus.
+const returnedStatus = `CASE WHEN deliveries.reason = '` + ReasonNewerEvent + `' THEN 'superseded' ELSE ` + unsentStatus + ` END`
+
 // settleDeliveries applies the batch where the lease token still matches, adds the moves out of
 // leased to c, and returns the new attempt count of each delivery settled. The unary + keeps the
 // planner from driving the join from the status index (a scan of every leased row per batch row):
@@ -273,10 +285,10 @@ var countDeliveredSQL = chunkSQL(2, func(values string) string {
 // padding row's NULL seq matches no delivery).
 var settleSQL = chunkSQL(9, func(values string) string {
 	return `UPDATE deliveries SET
-			status = CASE j.status WHEN 'unsent' THEN ` + unsentStatus + ` ELSE j.status END,
+			status = CASE j.status WHEN 'unsent' THEN ` + returnedStatus + ` ELSE j.status END,
 			attempts = deliveries.attempts + j.inc,
 			next_attempt_at = CASE WHEN j.next > 0 THEN j.next ELSE deliveries.next_attempt_at END,
-			reason = CASE WHEN j.status = 'dead' THEN j.reason ELSE deliveries.reason END,
+			reason = CASE j.status WHEN 'dead' THEN j.reason WHEN 'delivered' THEN '' ELSE deliveries.reason END,
 			last_status = CASE WHEN j.keep_last = 1 THEN deliveries.last_status ELSE j.code END,
 			last_error = CASE WHEN j.keep_last = 1 THEN deliveries.last_error ELSE j.error END,
 			delivered_at = CASE WHEN j.status = 'delivered' THEN t.now ELSE deliveries.delivered_at END,

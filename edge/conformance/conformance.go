@@ -116,6 +116,9 @@ type Upstream struct {
 	BodyBytes int `json:"body_bytes"`
 	// Hang makes the subscriber never answer (until the edge gives up).
 	Hang bool `json:"hang"`
+	// CutBody makes the subscriber declare a Content-Length 100 bytes longer than its body, send
+	// the status, headers and body, and close the connection: the body breaks off.
+	CutBody bool `json:"cut_body"`
 }
 
 // Expect is what the edge must do.

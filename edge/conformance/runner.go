@@ -134,8 +134,16 @@ func (s *Subscriber) serve(w http.ResponseWriter, r *http.Request) {
 	for k, v := range u.Headers {
 		w.Header().Set(k, v)
 	}
+	answer := UpstreamBody(u)
+	if u.CutBody {
+		w.Header().Set("Content-Length", strconv.Itoa(len(answer)+100))
+	}
 	w.WriteHeader(u.Status)
-	_, _ = w.Write(UpstreamBody(u))
+	_, _ = w.Write(answer)
+	if u.CutBody {
+		http.NewResponseController(w).Flush()
+		panic(http.ErrAbortHandler) // closes the connection, 100 bytes short
+	}
 }
 
 // Close releases hanging requests and stops the server.

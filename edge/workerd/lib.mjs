@@ -114,8 +114,15 @@ export async function startSubscriber() {
         res.on("close", () => sub.hanging.delete(res));
         return;
       }
+      const body = u.body_bytes > 0 ? Buffer.alloc(u.body_bytes, "y") : Buffer.from(u.body ?? "");
+      if (u.cut_body) {
+        // Declares 100 bytes more than it sends, then closes the connection: the body breaks off.
+        res.writeHead(u.status, { ...u.headers, "content-length": String(body.length + 100) });
+        res.write(body, () => res.socket.destroy());
+        return;
+      }
       res.writeHead(u.status, u.headers ?? {});
-      res.end(u.body_bytes > 0 ? Buffer.alloc(u.body_bytes, "y") : (u.body ?? ""));
+      res.end(body);
     });
   });
   server.keepAliveTimeout = 60_000; // longer than any run: no close racing a reused connection

@@ -237,7 +237,12 @@ async function post(url, headers, body, timeoutMs, maxBytes) {
   try {
     // redirect: manual — the destination comes only from the subscriber's record.
     const res = await fetch(url, { method: "POST", headers: parseHeaders(headers), body, redirect: "manual", signal: abort.signal });
-    const out = await excerpt(res, maxBytes);
+    // The subscriber has answered once its status is here: a body that then breaks off costs the
+    // excerpt only, not the answer (a 2xx must still get its dedup mark), as in the harness.
+    const out = await excerpt(res, maxBytes).catch((e) => {
+      if (timedOut) throw e;
+      return null;
+    });
     return [String(res.status), headerText(res.headers), out];
   } catch (e) {
     if (timedOut) return ["-1", "", null];

@@ -392,6 +392,35 @@ func TestCircuitBreaker(t *testing.T) {
 	}
 }
 
+// TestAReleasedProbeIsTakenAgainAtOnce: the circuit's probe returned unsent (a stop, or a
+// restart, released it) told nothing about the subscriber: the next claim sends a probe again,
+// instead of leaving the circuit probing, with nothing in flight, until the released lease would
+// have ended.
+func TestAReleasedProbeIsTakenAgainAtOnce(t *testing.T) {
+	t.Parallel()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	emitN(t, s, "x", 5)
+	for range 3 { // threshold 3: the circuit opens
+		c := claim(t, s, clk.Now(), 1).Deliveries[0]
+		settle(t, s, clk.Now(), Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: "a", Result: ResultRetry, NextAttemptAt: clk.Now(), Circuit: CircuitFailure})
+	}
+	clk.Advance(time.Minute) // the cool-down
+	probe := claim(t, s, clk.Now(), 10).Deliveries
+	if len(probe) != 1 || !probe[0].Probe {
+		t.Fatalf("after the cool-down want one probe, got %d", len(probe))
+	}
+	settle(t, s, clk.Now(), done(probe[0], ResultRelease))
+	clk.Advance(time.Second) // the released lease had 59 s to run
+	again := claim(t, s, clk.Now(), 10).Deliveries
+	if len(again) != 1 || !again[0].Probe {
+		t.Fatalf("after the probe's release want one probe again, got %d", len(again))
+	}
+	if res := claim(t, s, clk.Now(), 10); len(res.Deliveries) != 0 {
+		t.Fatal("a second probe went out while the first was in flight")
+	}
+}
+
 func TestGoneHoldsDeliveriesUntilResume(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

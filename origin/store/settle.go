@@ -334,7 +334,7 @@ type limiterState struct {
 
 // settleSubscribers applies the effects of the settlements on their subscribers, in order: a
 // disable (410), the latest Retry-After pause, and the circuit breaker folded over every success
-// and failure. The limiter rows are read with one statement and only the changed ones written with
+// and failure (and releases: see apply). The limiter rows are read with one statement and only the changed ones written with
 // another: in the common case (successes on a closed circuit) nothing is written.
 func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []string, bySub map[string][]*Settlement, now time.Time, policy CircuitPolicy) error {
 	var ids []string
@@ -349,7 +349,7 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 			}
 		}
 		for _, it := range bySub[id] {
-			news = news || !it.PauseUntil.IsZero() || it.Circuit != CircuitNone
+			news = news || !it.PauseUntil.IsZero() || it.Circuit != CircuitNone || it.Result == ResultRelease
 		}
 		if news {
 			ids = append(ids, id)
@@ -403,6 +403,12 @@ var readLimitersSQL = chunkSQL(1, func(values string) string {
 func (st limiterState) apply(items []*Settlement, now time.Time, policy CircuitPolicy) limiterState {
 	for _, it := range items {
 		st.Paused = max(st.Paused, ms(it.PauseUntil))
+		// While the circuit probes, its probe is the subscriber's one delivery in flight (the
+		// claim takes it only with none). Released unsent, it told nothing: the next claim may
+		// probe again, not only once the released lease would have ended (circuit_until).
+		if it.Result == ResultRelease && st.Circuit == "probing" {
+			st.Until = min(st.Until, ms(now))
+		}
 		switch it.Circuit {
 		case CircuitSuccess:
 			st.Failures, st.Circuit, st.Until, st.Opens = 0, "closed", 0, 0

@@ -539,3 +539,38 @@ func TestDecodedDataReachesTheStoreProven(t *testing.T) {
 		t.Errorf("slow path: %v; want decoded and not proven", err)
 	}
 }
+
+// TestPatchRefusesSilentResets: a zero rate, burst, in-flight cap or timeout, and a null for any
+// field but coalesce, are refused naming the field, and leave the subscriber as it was. (Zero was
+// taken as "the default" and null as "absent": an operator throttling with rate 0 got 10/s.)
+func TestPatchRefusesSilentResets(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	before := e.addSubscriber(api.SubscriberRequest{ID: "shop", URL: "https://example.com/hook", Events: []string{"*"},
+		RatePerSec: 3, Burst: 4, MaxInFlight: 2, TimeoutMS: 2000, Headers: map[string]string{"X-Team": "a"}})
+	for _, c := range []struct{ body, field string }{
+		{`{"rate_per_sec":0}`, "rate_per_sec"},
+		{`{"burst":0}`, "burst"},
+		{`{"max_in_flight":0}`, "max_in_flight"},
+		{`{"timeout_ms":0}`, "timeout_ms"},
+		{`{"rate_per_sec":5,"timeout_ms":0}`, "timeout_ms"},
+		{`{"url":null}`, "url"},
+		{`{"events":null}`, "events"},
+		{`{"headers":null}`, "headers"},
+		{`{"burst":7,"mode":null}`, "mode"},
+	} {
+		e.do("PATCH", "/v1/subscribers/shop", c.body).wantError(t, http.StatusUnprocessableEntity, api.CodeInvalid, c.field)
+	}
+	var after api.Subscriber
+	e.do("GET", "/v1/subscribers/shop", nil).want(t, http.StatusOK).decode(t, &after)
+	if after.RatePerSec != 3 || after.Burst != 4 || after.MaxInFlight != 2 || after.TimeoutMS != 2000 ||
+		after.Headers["X-Team"] != "a" || !after.UpdatedAt.Equal(before.UpdatedAt) {
+		t.Fatalf("a refused patch changed the subscriber: %+v", after)
+	}
+	e.do("PATCH", "/v1/subscribers/shop", `{"bogus":null}`).wantError(t, http.StatusBadRequest, api.CodeBadRequest, "bogus")
+	var cleared api.Subscriber
+	e.do("PATCH", "/v1/subscribers/shop", `{"coalesce":null,"headers":{}}`).want(t, http.StatusOK).decode(t, &cleared)
+	if len(cleared.Headers) != 0 || cleared.RatePerSec != 3 {
+		t.Fatalf(`{"headers":{}} must remove the headers and keep the rest: %+v`, cleared)
+	}
+}

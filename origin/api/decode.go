@@ -87,7 +87,10 @@ func strictUnmarshal(body []byte, v any) error {
 func jsonError(err error) *Error {
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
+	var e *Error // from a type's own UnmarshalJSON
 	switch {
+	case errors.As(err, &e):
+		return e
 	case errors.As(err, &syn):
 		return errorf(http.StatusBadRequest, CodeBadRequest, "", "malformed JSON at byte %d: %v", syn.Offset, err)
 	case errors.As(err, &typ):

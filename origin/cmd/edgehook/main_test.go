@@ -191,6 +191,15 @@ func TestBadInput(t *testing.T) {
 		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--rate", "fast"}, 2, "--rate"},
 		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--header", "nocolon"}, 2, "--header"},
 		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--coalesce-key", "id"}, 2, "--coalesce-key"},
+		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--header", "X-A: 1", "--header", "X-A: 2"}, 2, "--header"},
+		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--header", "X-A: 1", "--header", "x-a: 2"}, 2, "--header:"},
+		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--header", "webhook-id: 1"}, 2, "--header:"},
+		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--timeout", "500us"}, 2, "--timeout"},
+		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--timeout", "-5s"}, 2, "--timeout: -5s"},
+		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--rate", "0"}, 2, "--rate"},
+		{nil, []string{"subscribers", "update", "x", "--burst", "0"}, 2, "--burst"},
+		{nil, []string{"subscribers", "update", "x", "--max-in-flight", "0"}, 2, "--max-in-flight"},
+		{nil, []string{"subscribers", "update", "x", "--timeout", "0s"}, 2, "--timeout"},
 		{nil, []string{"subscribers", "show"}, 2, "ID"},
 		{nil, []string{"subscribers", "update", "x", "--no-coalesce", "--coalesce-key", "k"}, 2, "--no-coalesce"},
 		{nil, []string{"subscribers", "rotate-secret", "x", "--overlap", "forever"}, 2, "--overlap"},
@@ -277,6 +286,14 @@ func TestSubscriberCommands(t *testing.T) {
 		"--coalesce-types", "order.*", "--coalesce-key", "order_id", "--coalesce-window", "30s")
 	if sub.RatePerSec != 50 || sub.Burst != 80 || sub.Coalesce == nil || sub.Coalesce.WindowSeconds != 30 || sub.URL != "https://shop.example/hooks" {
 		t.Fatalf("updated = %+v", sub)
+	}
+	// A 0 would read as "the default" and silently reset the setting: refused, nothing changed.
+	if r := c.run("subscribers", "update", "shop", "--rate", "0"); r.code != 2 || !strings.Contains(r.stderr, "--rate") {
+		t.Fatalf("update --rate 0: %+v", r)
+	}
+	var unchanged api.Subscriber
+	if c.okJSON(&unchanged, "subscribers", "show", "shop"); unchanged.RatePerSec != 50 {
+		t.Fatalf("a refused update changed the rate: %+v", unchanged)
 	}
 	var uncoalesced api.Subscriber
 	c.okJSON(&uncoalesced, "subscribers", "update", "shop", "--no-coalesce")

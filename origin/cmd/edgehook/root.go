@@ -213,11 +213,13 @@ func flagError(err error) error {
 		field = field[:i]
 	}
 	name, ok := fieldFlags[field]
-	if !ok {
+	if !ok { // "headers.X-Team" is --header's
 		if i := strings.IndexByte(field, '.'); i >= 0 {
 			field = field[:i]
 		}
-		name = strings.ReplaceAll(field, "_", "-")
+		if name, ok = fieldFlags[field]; !ok {
+			name = strings.ReplaceAll(field, "_", "-")
+		}
 	}
 	return usagef("--%s: %v", name, fe.Err)
 }

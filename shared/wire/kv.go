@@ -336,20 +336,31 @@ func EncodeBulk(entries []BulkEntry) ([]byte, error) {
 
 // DecodeBulk reads a `wrangler kv bulk put` file strictly.
 func DecodeBulk(data []byte) ([]BulkEntry, error) {
-	var entries []BulkEntry
-	if err := decodeStrict(data, &entries); err != nil {
+	// Value is a pointer so that a missing or null "value", which wrangler refuses, is told apart
+	// from an empty string.
+	var raw []struct {
+		Key           string  `json:"key"`
+		Value         *string `json:"value"`
+		ExpirationTTL int64   `json:"expiration_ttl"`
+	}
+	if err := decodeStrict(data, &raw); err != nil {
 		return nil, fmt.Errorf("kv bulk file: %w", err)
 	}
-	if entries == nil {
+	if raw == nil {
 		return nil, errors.New("kv bulk file: must be a JSON array")
 	}
-	for i, e := range entries {
+	entries := make([]BulkEntry, len(raw))
+	for i, e := range raw {
 		if e.Key == "" {
 			return nil, fmt.Errorf("kv bulk file: [%d].key is empty", i)
+		}
+		if e.Value == nil {
+			return nil, fmt.Errorf("kv bulk file: [%d].value is required (a string)", i)
 		}
 		if e.ExpirationTTL != 0 && e.ExpirationTTL < 60 {
 			return nil, fmt.Errorf("kv bulk file: [%d].expiration_ttl %d is below KV's minimum of 60", i, e.ExpirationTTL)
 		}
+		entries[i] = BulkEntry{Key: e.Key, Value: *e.Value, ExpirationTTL: e.ExpirationTTL}
 	}
 	return entries, nil
 }

@@ -272,6 +272,8 @@ func TestBulk(t *testing.T) {
 		{`[{"key":"a","value":"x","key":"b"}]`, `duplicate key "[0].key"`},
 		{`[{"key":"a","value":"x"},{"KEY":"a","value":"x"}]`, `unknown field "[1].KEY"`},
 		{`[{"key":"a","value":1}]`, "value"},
+		{`[{"key":"sub:a"}]`, "[0].value is required"},
+		{`[{"key":"a","value":"x"},{"key":"b","value":null}]`, "[1].value is required"},
 		{`[] []`, "after the JSON value"},
 	}
 	for _, tc := range bad {

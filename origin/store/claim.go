@@ -143,6 +143,9 @@ func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, cl claimPlan, moves cou
 		if res.superseded, err = s.rescueExpired(ctx, tx, cl.now); err != nil {
 			return res, fmt.Errorf("claim: rescue expired leases: %w", err)
 		}
+		if _, err := s.exec(ctx, tx, rebaseBucketsSQL, cl.now, clockSlack.Milliseconds()); err != nil {
+			return res, fmt.Errorf("claim: %w", err)
+		}
 	}
 	if moves.into(StatusPending) {
 		if err := moves.write(ctx, s, tx); err != nil {
@@ -226,10 +229,23 @@ func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, cl claimPlan, moves cou
 	return res, err
 }
 
-// rescueInterval is how often (in claim time) a claim first looks for expired leases: the look
-// reads every leased delivery, thousands when the engine has many in flight, and a lease is at
-// least a second long.
+// rescueInterval is how often (in claim time) a claim first looks for expired leases (and at the
+// buckets' clocks): the look reads every leased delivery, thousands when the engine has many in
+// flight, and a lease is at least a second long.
 const rescueInterval = time.Second
+
+// clockSlack is how much older than a bucket's last refill a claim's clock reading may be and
+// still be a claim that read the clock and then waited for the write lock, which refills nothing
+// (spendTokens). Older, the clock was set back: rebaseBucketsSQL makes such buckets refill from
+// the new reading on, or they would refill nothing, and their subscribers get nothing, until the
+// clock had caught up with the old readings again. A clock set back also delays by as much the
+// deadlines stored as times: backoffs, Retry-After pauses, circuit cool-downs, leases.
+const clockSlack = time.Minute
+
+// rebaseBucketsSQL moves to now (?1) the refill time of the buckets last refilled more than ?2 ms
+// after it: a scan of the limiter rows, one per subscriber, by the claims that look for expired
+// leases (a claim whose reading is older than the last one's always does: newClaim).
+const rebaseBucketsSQL = `UPDATE limiter SET refilled_at = ?1 WHERE refilled_at > ?1 + ?2`
 
 // rescueExpired returns deliveries whose lease expired (their engine crashed or hung) to the queue
 // as a release would (pending, held if their subscriber was disabled meanwhile, superseded if a

@@ -645,6 +645,27 @@ func TestStaleClockDoesNotRefillTwice(t *testing.T) {
 	}
 }
 
+// TestABucketRefillsAfterTheClockWentBack: a clock set back (by an hour, say) must not stop a
+// subscriber's bucket from refilling until it reads the time of the last claim again; a reading a
+// little older than the last claim (TestStaleClockDoesNotRefillTwice) still refills nothing.
+func TestABucketRefillsAfterTheClockWentBack(t *testing.T) {
+	t.Parallel()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a", RatePerSec: 10, Burst: 2, MaxInFlight: 100})
+	emitN(t, s, "x", 10)
+	if got := len(claim(t, s, clk.Now(), 10).Deliveries); got != 2 {
+		t.Fatalf("claimed %d, want the burst of 2", got)
+	}
+	clk.Advance(-time.Hour)
+	if got := len(claim(t, s, clk.Now(), 10).Deliveries); got != 0 {
+		t.Fatalf("claimed %d at once after the clock went back, want 0: the bucket is empty", got)
+	}
+	clk.Advance(time.Second) // 10 tokens' worth, clamped at the burst
+	if got := len(claim(t, s, clk.Now(), 10).Deliveries); got != 2 {
+		t.Fatalf("claimed %d a second after the clock went back an hour, want the burst of 2", got)
+	}
+}
+
 // TestSubscriberCacheSurvivesARollback: a transaction that changes a subscriber and loads emit's
 // cache of subscribers (a settle's 410 disable, then its claim) may roll back; the next change
 // committed must still reach emit.

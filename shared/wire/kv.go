@@ -195,15 +195,24 @@ func decodeStrict(data []byte, v any) error {
 }
 
 // checkKeys walks one JSON value that already decoded into type t and rejects what encoding/json
-// lets through silently: a duplicate key (it keeps the last) and a struct key spelled other than its
-// json tag (it matches case-insensitively, so "URL" would fill "url"). A nil t accepts any keys.
+// lets through silently: a duplicate key (it keeps the last), a struct key spelled other than its
+// json tag (it matches case-insensitively, so "URL" would fill "url") and a null where t cannot be
+// nil (it leaves the zero value, so {"X-A": null} would be a header with an empty value). A nil t
+// accepts any keys.
 func checkKeys(dec *json.Decoder, t reflect.Type, path string) error {
-	for t != nil && t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
 	tok, err := dec.Token()
 	if err != nil {
 		return err
+	}
+	if tok == nil && t != nil {
+		switch t.Kind() {
+		case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Interface:
+		default:
+			return fmt.Errorf("%s: null where a value of type %s is required", path, t.Kind())
+		}
+	}
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
 	}
 	switch tok {
 	case json.Delim('{'):

@@ -132,6 +132,9 @@ func TestRequestErrors(t *testing.T) {
 		{"big limit", "GET", "/v1/deliveries?limit=1001", ``, nil, 422, api.CodeInvalid, "limit"},
 		{"bad from", "GET", "/v1/deliveries?from=monday", ``, nil, 422, api.CodeInvalid, "from"},
 		{"unknown param", "GET", "/v1/deliveries?colour=red", ``, nil, 400, api.CodeBadRequest, "colour"},
+		{"repeated param", "GET", "/v1/deliveries?limit=1&limit=5000", ``, nil, 400, api.CodeBadRequest, "limit"},
+		{"empty range", "GET", "/v1/deliveries?from=2030-01-01T00:00:00Z&to=2020-01-01T00:00:00Z", ``, nil, 422, api.CodeInvalid, "from"},
+		{"empty range, equal", "GET", "/v1/deliveries?from=2030-01-01T00:00:00Z&to=2030-01-01T00:00:00Z", ``, nil, 422, api.CodeInvalid, "from"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

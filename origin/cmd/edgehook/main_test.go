@@ -211,6 +211,7 @@ func TestBadInput(t *testing.T) {
 		{nil, []string{"deliveries", "list", "--status", "lost"}, 2, "--status"},
 		{nil, []string{"deliveries", "list", "--limit", "0"}, 2, "--limit"},
 		{nil, []string{"deliveries", "list", "--from", "monday"}, 2, "--from"},
+		{nil, []string{"dead", "list", "--from", "2030-01-01T00:00:00Z", "--to", "2020-01-01T00:00:00Z"}, 2, "--from"},
 		{nil, []string{"deliveries", "show", "dlv_x_1"}, 1, "not found"},
 		{nil, []string{"dead", "replay"}, 2, "--subscriber"},
 		{nil, []string{"dead", "replay", "--subscriber", "s", "--to", "later"}, 2, "--to"},

@@ -577,3 +577,21 @@ func TestPatchRefusesSilentResets(t *testing.T) {
 		t.Fatalf(`{"headers":{}} must remove the headers and keep the rest: %+v`, cleared)
 	}
 }
+
+// TestTypeErrorMessages: a wrong type where no field is at fault names the body, or the field
+// the value stands for, instead of starting with a blank.
+func TestTypeErrorMessages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addSubscriber(api.SubscriberRequest{ID: "shop", URL: "https://example.com/hook", Events: []string{"*"}})
+	for _, c := range []struct{ method, path, body, field, message string }{
+		{"POST", "/v1/subscribers", `[]`, "", "the request body must be an object, not JSON array"},
+		{"POST", "/v1/events", `"x"`, "", "the request body must be an object, not JSON string"},
+		{"PATCH", "/v1/subscribers/shop", `{"coalesce":5}`, "coalesce", "coalesce must be an object, not JSON number"},
+		{"PATCH", "/v1/subscribers/shop", `{"coalesce":{"key":5}}`, "coalesce.key", "key must be a string, not JSON number"},
+	} {
+		if got := e.do(c.method, c.path, c.body).wantError(t, http.StatusBadRequest, api.CodeBadRequest, c.field); got.Message != c.message {
+			t.Errorf("%s %s %s: message %q, want %q", c.method, c.path, c.body, got.Message, c.message)
+		}
+	}
+}

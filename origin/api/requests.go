@@ -135,6 +135,9 @@ func (r *SubscriberUpdate) Patch() (store.SubscriberPatch, error) {
 		var rule *wire.CoalesceRule
 		if err := strictUnmarshal(r.Coalesce, &rule); err != nil {
 			e := ToError(err)
+			if e.Field == "" {
+				e.Message = strings.Replace(e.Message, bodySubject, "coalesce", 1)
+			}
 			e.Field = "coalesce" + prefixed(e.Field)
 			return p, e
 		}

@@ -119,6 +119,8 @@ type Upstream struct {
 	// CutBody makes the subscriber declare a Content-Length 100 bytes longer than its body, send
 	// the status, headers and body, and close the connection: the body breaks off.
 	CutBody bool `json:"cut_body"`
+	// StallBody is CutBody with the connection left open until the edge gives up: the body stalls.
+	StallBody bool `json:"stall_body"`
 }
 
 // Expect is what the edge must do.

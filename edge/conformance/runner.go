@@ -135,13 +135,19 @@ func (s *Subscriber) serve(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(k, v)
 	}
 	answer := UpstreamBody(u)
-	if u.CutBody {
+	if u.CutBody || u.StallBody {
 		w.Header().Set("Content-Length", strconv.Itoa(len(answer)+100))
 	}
 	w.WriteHeader(u.Status)
 	_, _ = w.Write(answer)
-	if u.CutBody {
-		http.NewResponseController(w).Flush()
+	if u.CutBody || u.StallBody {
+		_ = http.NewResponseController(w).Flush()
+		if u.StallBody {
+			select {
+			case <-r.Context().Done():
+			case <-s.stop:
+			}
+		}
 		panic(http.ErrAbortHandler) // closes the connection, 100 bytes short
 	}
 }

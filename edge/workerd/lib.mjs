@@ -115,10 +115,17 @@ export async function startSubscriber() {
         return;
       }
       const body = u.body_bytes > 0 ? Buffer.alloc(u.body_bytes, "y") : Buffer.from(u.body ?? "");
-      if (u.cut_body) {
-        // Declares 100 bytes more than it sends, then closes the connection: the body breaks off.
+      if (u.cut_body || u.stall_body) {
+        // Declares 100 bytes more than it sends, then closes the connection (the body breaks off)
+        // or leaves it open until the edge gives up (the body stalls).
         res.writeHead(u.status, { ...u.headers, "content-length": String(body.length + 100) });
-        res.write(body, () => res.socket.destroy());
+        if (u.cut_body) {
+          res.write(body, () => res.socket.destroy());
+          return;
+        }
+        res.write(body);
+        sub.hanging.add(res);
+        res.on("close", () => sub.hanging.delete(res));
         return;
       }
       res.writeHead(u.status, u.headers ?? {});

@@ -121,6 +121,8 @@ type Upstream struct {
 	CutBody bool `json:"cut_body"`
 	// StallBody is CutBody with the connection left open until the edge gives up: the body stalls.
 	StallBody bool `json:"stall_body"`
+	// HeaderBytes, when positive, adds a header X-Pad of that many 'p' bytes.
+	HeaderBytes int `json:"header_bytes"`
 }
 
 // Expect is what the edge must do.

@@ -134,6 +134,9 @@ func (s *Subscriber) serve(w http.ResponseWriter, r *http.Request) {
 	for k, v := range u.Headers {
 		w.Header().Set(k, v)
 	}
+	if u.HeaderBytes > 0 {
+		w.Header().Set("X-Pad", strings.Repeat("p", u.HeaderBytes))
+	}
 	answer := UpstreamBody(u)
 	if u.CutBody || u.StallBody {
 		w.Header().Set("Content-Length", strconv.Itoa(len(answer)+100))

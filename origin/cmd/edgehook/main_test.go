@@ -4,7 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -25,6 +25,7 @@ import (
 	"github.com/edgehook/edgehook/shared/signature"
 	"github.com/edgehook/edgehook/shared/wire"
 	"go.uber.org/goleak"
+	_ "modernc.org/sqlite"
 )
 
 // bin is the edgehook binary, built once for all tests.
@@ -666,5 +667,38 @@ func TestMigrateNewStoreID(t *testing.T) {
 	}
 	if after := prefix(); after != "dlv_"+m[1]+"_" || after == before {
 		t.Fatalf("delivery ids under %s before and %s after the new store id %s", before, after, m[1])
+	}
+}
+
+// TestLockedDatabase: a write that waits past --busy-timeout for another process's lock fails
+// with exit 1, one line that says so, and nothing written.
+func TestLockedDatabase(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	c.ok("migrate")
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(c.dir, "edgehook.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	conn, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	r := c.run("--busy-timeout", "100ms", "emit", "--id", "locked", "--type", "a.b", "--data", "1")
+	if line := strings.TrimSuffix(r.stderr, "\n"); r.code != 1 || strings.Contains(line, "\n") ||
+		!strings.Contains(line, "locked") || !strings.Contains(line, "--busy-timeout 100ms") {
+		t.Fatalf("emit on a locked database: exit %d, stderr %q; want exit 1 and one line naming --busy-timeout", r.code, r.stderr)
+	}
+	if _, err := conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	var again api.EmitResult
+	if c.okJSON(&again, "emit", "--id", "locked", "--type", "a.b", "--data", "1"); again.Duplicate {
+		t.Fatal("the refused event was written")
 	}
 }

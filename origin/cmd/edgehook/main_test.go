@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/edgehook/edgehook/origin/api"
+	"github.com/edgehook/edgehook/origin/store"
 	"github.com/edgehook/edgehook/shared/signature"
 	"github.com/edgehook/edgehook/shared/wire"
 	"go.uber.org/goleak"
@@ -137,7 +138,7 @@ func TestVersionAndHelp(t *testing.T) {
 		{"subscribers"}, {"subscribers", "add"}, {"subscribers", "list"}, {"subscribers", "show"}, {"subscribers", "update"},
 		{"subscribers", "pause"}, {"subscribers", "resume"}, {"subscribers", "rotate-secret"}, {"subscribers", "remove"},
 		{"deliveries"}, {"deliveries", "list"}, {"deliveries", "show"}, {"deliveries", "retry"},
-		{"dead"}, {"dead", "list"}, {"dead", "replay"}, {"edge"}, {"edge", "export-kv"}}
+		{"dead"}, {"dead", "list"}, {"dead", "replay"}, {"stats"}, {"edge"}, {"edge", "export-kv"}}
 	for _, args := range commands {
 		out := c.ok(append(args, "--help")...)
 		if !strings.Contains(out, "Usage:") {
@@ -428,6 +429,16 @@ func TestEmitDrainAndDeadLetters(t *testing.T) {
 	table := c.ok("deliveries", "list", "--status", "pending")
 	if n := strings.Count(table, "\n"); n != 5 { // header + 4 deliveries
 		t.Fatalf("pending deliveries table has %d lines:\n%s", n, table)
+	}
+	// stats: the queue as GET /v1/stats has it, from the file alone.
+	var stats api.Stats
+	c.okJSON(&stats, "stats", "--json")
+	if stats.Depth != 4 || len(stats.Subscribers) != 2 || stats.Subscribers[0].Counts[store.StatusPending] != 2 ||
+		stats.Subscribers[1].Counts[store.StatusPending] != 2 {
+		t.Fatalf("stats = %+v", stats)
+	}
+	if out := c.ok("stats"); !strings.HasPrefix(out, "depth: 4 ") || !regexp.MustCompile(`(?m)^ok +active +2 +0 `).MatchString(out) {
+		t.Fatalf("stats table:\n%s", out)
 	}
 	var page api.DeliveryPage
 	c.okJSON(&page, "deliveries", "list", "--limit", "3", "--json")

@@ -116,6 +116,13 @@ type Upstream struct {
 	BodyBytes int `json:"body_bytes"`
 	// Hang makes the subscriber never answer (until the edge gives up).
 	Hang bool `json:"hang"`
+	// CutBody makes the subscriber declare a Content-Length 100 bytes longer than its body, send
+	// the status, headers and body, and close the connection: the body breaks off.
+	CutBody bool `json:"cut_body"`
+	// StallBody is CutBody with the connection left open until the edge gives up: the body stalls.
+	StallBody bool `json:"stall_body"`
+	// HeaderBytes, when positive, adds a header X-Pad of that many 'p' bytes.
+	HeaderBytes int `json:"header_bytes"`
 }
 
 // Expect is what the edge must do.

@@ -134,8 +134,25 @@ func (s *Subscriber) serve(w http.ResponseWriter, r *http.Request) {
 	for k, v := range u.Headers {
 		w.Header().Set(k, v)
 	}
+	if u.HeaderBytes > 0 {
+		w.Header().Set("X-Pad", strings.Repeat("p", u.HeaderBytes))
+	}
+	answer := UpstreamBody(u)
+	if u.CutBody || u.StallBody {
+		w.Header().Set("Content-Length", strconv.Itoa(len(answer)+100))
+	}
 	w.WriteHeader(u.Status)
-	_, _ = w.Write(UpstreamBody(u))
+	_, _ = w.Write(answer)
+	if u.CutBody || u.StallBody {
+		_ = http.NewResponseController(w).Flush()
+		if u.StallBody {
+			select {
+			case <-r.Context().Done():
+			case <-s.stop:
+			}
+		}
+		panic(http.ErrAbortHandler) // closes the connection, 100 bytes short
+	}
 }
 
 // Close releases hanging requests and stops the server.

@@ -130,12 +130,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // Close stops the module instances.
 func (s *Server) Close(ctx context.Context) error { return s.host.Close(ctx) }
 
-// NewUpstream returns the subscribers' HTTP client: no proxy and no redirects, as the Worker's
-// fetch, and enough idle connections per subscriber for a full pool of instances.
+// NewUpstream returns the subscribers' HTTP client: no proxy, no redirects and no response head
+// over httpupstream.MaxHeaderBytes, as the Worker's fetch, and enough idle connections per
+// subscriber for a full pool of instances.
 func NewUpstream() *httpupstream.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil
 	tr.MaxIdleConnsPerHost = 64
+	tr.MaxResponseHeaderBytes = httpupstream.MaxHeaderBytes
 	return httpupstream.New(tr)
 }
 

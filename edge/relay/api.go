@@ -150,8 +150,9 @@ type UpstreamRequest struct {
 	URL    string
 	Header Header
 	Body   []byte
-	// Timeout is the subscriber's timeout from its KV record. The Upstream must give up after it
-	// and return an error wrapping ErrUpstreamTimeout.
+	// Timeout is the subscriber's timeout from its KV record. The Upstream must give up after it:
+	// with an error wrapping ErrUpstreamTimeout when the answer's status has not arrived, else with
+	// the body read so far.
 	Timeout time.Duration
 }
 
@@ -159,8 +160,9 @@ type UpstreamRequest struct {
 type UpstreamResponse struct {
 	Status int
 	Header Header
-	// Body holds at most the first wire.MaxExcerptBytes bytes of the subscriber's body; an
-	// Upstream need not read more (the relay truncates anything longer).
+	// Body holds at most the first wire.MaxExcerptBytes bytes of the subscriber's body, fewer when
+	// it broke off or stalled past the timeout; an Upstream need not read more (the relay
+	// truncates anything longer).
 	Body []byte
 }
 
@@ -168,7 +170,8 @@ type UpstreamResponse struct {
 // keeps of req past Do.
 type Upstream interface {
 	// Do returns the subscriber's response, or an error wrapping ErrUpstreamTimeout when the
-	// timeout (or ctx) expired first; any other error means the subscriber could not be reached.
+	// timeout (or ctx) expired before its status arrived; any other error means the subscriber
+	// could not be reached.
 	Do(ctx context.Context, req *UpstreamRequest) (*UpstreamResponse, error)
 }
 

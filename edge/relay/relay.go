@@ -59,7 +59,8 @@ func (r *Relay) Handle(ctx context.Context, req *Request) *Response {
 // with the answer by then, and the dependencies copy what they keep (see KV).
 func (r *Relay) HandleWith(ctx context.Context, req *Request, s *Scratch) *Response {
 	s.text = s.buf[:0]
-	if req.Method != "POST" {
+	// In any case, as in the Worker, where the Fetch API has normalized "post" to "POST" already.
+	if req.Method != "POST" && !strings.EqualFold(req.Method, "POST") {
 		resp := Reject(405, wire.ReasonMethod, "method %s is not allowed; the edge accepts only POST", req.Method)
 		resp.Header.Set("Allow", "POST")
 		return resp
@@ -250,7 +251,9 @@ func (r *Relay) coalesced(mark *KVRead, window time.Duration) *Response {
 	if err != nil {
 		return nil // a mark this relay did not write: forward rather than hold the key back forever
 	}
-	left := time.UnixMilli(ms).Add(window).Sub(r.deps.Clock.Now())
+	// At most a window: a mark dated ahead of this clock (another's, or written by hand) must not
+	// hold the key back, and the origin's delivery with it, for longer.
+	left := min(time.UnixMilli(ms).Add(window).Sub(r.deps.Clock.Now()), window)
 	if left <= 0 {
 		return nil
 	}

@@ -114,8 +114,23 @@ export async function startSubscriber() {
         res.on("close", () => sub.hanging.delete(res));
         return;
       }
-      res.writeHead(u.status, u.headers ?? {});
-      res.end(u.body_bytes > 0 ? Buffer.alloc(u.body_bytes, "y") : (u.body ?? ""));
+      const body = u.body_bytes > 0 ? Buffer.alloc(u.body_bytes, "y") : Buffer.from(u.body ?? "");
+      const headers = u.header_bytes > 0 ? { ...u.headers, "X-Pad": "p".repeat(u.header_bytes) } : (u.headers ?? {});
+      if (u.cut_body || u.stall_body) {
+        // Declares 100 bytes more than it sends, then closes the connection (the body breaks off)
+        // or leaves it open until the edge gives up (the body stalls).
+        res.writeHead(u.status, { ...headers, "content-length": String(body.length + 100) });
+        if (u.cut_body) {
+          res.write(body, () => res.socket.destroy());
+          return;
+        }
+        res.write(body);
+        sub.hanging.add(res);
+        res.on("close", () => sub.hanging.delete(res));
+        return;
+      }
+      res.writeHead(u.status, headers);
+      res.end(body);
     });
   });
   server.keepAliveTimeout = 60_000; // longer than any run: no close racing a reused connection

@@ -132,6 +132,9 @@ func TestRequestErrors(t *testing.T) {
 		{"big limit", "GET", "/v1/deliveries?limit=1001", ``, nil, 422, api.CodeInvalid, "limit"},
 		{"bad from", "GET", "/v1/deliveries?from=monday", ``, nil, 422, api.CodeInvalid, "from"},
 		{"unknown param", "GET", "/v1/deliveries?colour=red", ``, nil, 400, api.CodeBadRequest, "colour"},
+		{"repeated param", "GET", "/v1/deliveries?limit=1&limit=5000", ``, nil, 400, api.CodeBadRequest, "limit"},
+		{"empty range", "GET", "/v1/deliveries?from=2030-01-01T00:00:00Z&to=2020-01-01T00:00:00Z", ``, nil, 422, api.CodeInvalid, "from"},
+		{"empty range, equal", "GET", "/v1/deliveries?from=2030-01-01T00:00:00Z&to=2030-01-01T00:00:00Z", ``, nil, 422, api.CodeInvalid, "from"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -537,5 +540,58 @@ func TestDecodedDataReachesTheStoreProven(t *testing.T) {
 	slow, err := api.DecodeBatch([]byte(`{"events":[{"typ\u0065":"a","data":{"k":1}}]}`))
 	if err != nil || proven(slow.Events[0]) {
 		t.Errorf("slow path: %v; want decoded and not proven", err)
+	}
+}
+
+// TestPatchRefusesSilentResets: a zero rate, burst, in-flight cap or timeout, and a null for any
+// field but coalesce, are refused naming the field, and leave the subscriber as it was. (Zero was
+// taken as "the default" and null as "absent": an operator throttling with rate 0 got 10/s.)
+func TestPatchRefusesSilentResets(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	before := e.addSubscriber(api.SubscriberRequest{ID: "shop", URL: "https://example.com/hook", Events: []string{"*"},
+		RatePerSec: 3, Burst: 4, MaxInFlight: 2, TimeoutMS: 2000, Headers: map[string]string{"X-Team": "a"}})
+	for _, c := range []struct{ body, field string }{
+		{`{"rate_per_sec":0}`, "rate_per_sec"},
+		{`{"burst":0}`, "burst"},
+		{`{"max_in_flight":0}`, "max_in_flight"},
+		{`{"timeout_ms":0}`, "timeout_ms"},
+		{`{"rate_per_sec":5,"timeout_ms":0}`, "timeout_ms"},
+		{`{"url":null}`, "url"},
+		{`{"events":null}`, "events"},
+		{`{"headers":null}`, "headers"},
+		{`{"burst":7,"mode":null}`, "mode"},
+	} {
+		e.do("PATCH", "/v1/subscribers/shop", c.body).wantError(t, http.StatusUnprocessableEntity, api.CodeInvalid, c.field)
+	}
+	var after api.Subscriber
+	e.do("GET", "/v1/subscribers/shop", nil).want(t, http.StatusOK).decode(t, &after)
+	if after.RatePerSec != 3 || after.Burst != 4 || after.MaxInFlight != 2 || after.TimeoutMS != 2000 ||
+		after.Headers["X-Team"] != "a" || !after.UpdatedAt.Equal(before.UpdatedAt) {
+		t.Fatalf("a refused patch changed the subscriber: %+v", after)
+	}
+	e.do("PATCH", "/v1/subscribers/shop", `{"bogus":null}`).wantError(t, http.StatusBadRequest, api.CodeBadRequest, "bogus")
+	var cleared api.Subscriber
+	e.do("PATCH", "/v1/subscribers/shop", `{"coalesce":null,"headers":{}}`).want(t, http.StatusOK).decode(t, &cleared)
+	if len(cleared.Headers) != 0 || cleared.RatePerSec != 3 {
+		t.Fatalf(`{"headers":{}} must remove the headers and keep the rest: %+v`, cleared)
+	}
+}
+
+// TestTypeErrorMessages: a wrong type where no field is at fault names the body, or the field
+// the value stands for, instead of starting with a blank.
+func TestTypeErrorMessages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addSubscriber(api.SubscriberRequest{ID: "shop", URL: "https://example.com/hook", Events: []string{"*"}})
+	for _, c := range []struct{ method, path, body, field, message string }{
+		{"POST", "/v1/subscribers", `[]`, "", "the request body must be an object, not JSON array"},
+		{"POST", "/v1/events", `"x"`, "", "the request body must be an object, not JSON string"},
+		{"PATCH", "/v1/subscribers/shop", `{"coalesce":5}`, "coalesce", "coalesce must be an object, not JSON number"},
+		{"PATCH", "/v1/subscribers/shop", `{"coalesce":{"key":5}}`, "coalesce.key", "key must be a string, not JSON number"},
+	} {
+		if got := e.do(c.method, c.path, c.body).wantError(t, http.StatusBadRequest, api.CodeBadRequest, c.field); got.Message != c.message {
+			t.Errorf("%s %s %s: message %q, want %q", c.method, c.path, c.body, got.Message, c.message)
+		}
 	}
 }

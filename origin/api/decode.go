@@ -83,15 +83,25 @@ func strictUnmarshal(body []byte, v any) error {
 	return nil
 }
 
+// bodySubject names the whole decoded value in an error, where no field is at fault.
+const bodySubject = "the request body"
+
 // jsonError turns a decoding error into a 400 that names the field where possible.
 func jsonError(err error) *Error {
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
+	var e *Error // from a type's own UnmarshalJSON
 	switch {
+	case errors.As(err, &e):
+		return e
 	case errors.As(err, &syn):
 		return errorf(http.StatusBadRequest, CodeBadRequest, "", "malformed JSON at byte %d: %v", syn.Offset, err)
 	case errors.As(err, &typ):
-		return errorf(http.StatusBadRequest, CodeBadRequest, typ.Field, "%s must be %s, not JSON %s", typ.Field, describeType(typ.Type), typ.Value)
+		subject := typ.Field
+		if subject == "" {
+			subject = bodySubject
+		}
+		return errorf(http.StatusBadRequest, CodeBadRequest, typ.Field, "%s must be %s, not JSON %s", subject, describeType(typ.Type), typ.Value)
 	case errors.Is(err, io.EOF):
 		return errorf(http.StatusBadRequest, CodeBadRequest, "", "request body is empty")
 	case errors.Is(err, io.ErrUnexpectedEOF):

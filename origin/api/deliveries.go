@@ -36,6 +36,15 @@ func parseTime(field, s string) (time.Time, error) {
 	return t, nil
 }
 
+// CheckTimeRange refuses a range [from, to) that no time is in, which would match nothing
+// without saying why (the store's replay refuses it too); a zero bound is open.
+func CheckTimeRange(from, to time.Time) error {
+	if !from.IsZero() && !to.IsZero() && !to.After(from) {
+		return fmt.Errorf("%s must be before to %s", from.Format(time.RFC3339Nano), to.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
 // ParseOverlap reads a rotation overlap window ("0s" ends the old secret at once); empty means
 // DefaultOverlap.
 func ParseOverlap(s string) (time.Duration, error) {
@@ -52,11 +61,14 @@ func ParseOverlap(s string) (time.Duration, error) {
 // listDeliveries handles GET /v1/deliveries?status=&subscriber=&event=&from=&to=&cursor=&limit=.
 func (s *Server) listDeliveries(c echo.Context) error {
 	q := c.QueryParams()
-	for name := range q {
+	for name, values := range q {
 		switch name {
 		case "status", "subscriber", "event", "from", "to", "cursor", "limit":
 		default:
 			return errorf(http.StatusBadRequest, CodeBadRequest, name, "unknown query parameter %q", name)
+		}
+		if len(values) > 1 { // only one would be used
+			return errorf(http.StatusBadRequest, CodeBadRequest, name, "query parameter %q is given %d times", name, len(values))
 		}
 	}
 	f := store.DeliveryFilter{SubscriberID: q.Get("subscriber"), EventID: q.Get("event"), Cursor: q.Get("cursor")}
@@ -69,6 +81,9 @@ func (s *Server) listDeliveries(c echo.Context) error {
 	}
 	if f.To, err = parseTime("to", q.Get("to")); err != nil {
 		return err
+	}
+	if err := CheckTimeRange(f.From, f.To); err != nil {
+		return invalid("from", err)
 	}
 	if l := q.Get("limit"); l != "" {
 		if f.Limit, err = strconv.Atoi(l); err != nil || f.Limit < 1 || f.Limit > store.MaxPageSize {

@@ -1,10 +1,14 @@
 package api
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/edgehook/edgehook/origin/store"
 	"github.com/edgehook/edgehook/shared/wire"
@@ -91,14 +95,49 @@ type SubscriberUpdate struct {
 	Coalesce     json.RawMessage    `json:"coalesce,omitempty"`
 }
 
-// Patch converts the request for the store.
+// UnmarshalJSON decodes strictly, as every request body is, and refuses null for every field
+// but coalesce: there null removes coalescing, while elsewhere it would silently keep the
+// current value.
+func (r *SubscriberUpdate) UnmarshalJSON(b []byte) error {
+	type plain SubscriberUpdate
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode((*plain)(r)); err != nil {
+		return err
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return err
+	}
+	for _, name := range slices.Sorted(maps.Keys(fields)) {
+		if string(fields[name]) == "null" && !strings.EqualFold(name, "coalesce") {
+			return invalid(name, errors.New("must not be null; leave the field out to keep its value"))
+		}
+	}
+	return nil
+}
+
+// Patch converts the request for the store. A zero rate, burst, in-flight cap or timeout is an
+// error: at creation zero means the default, but here it would silently reset the setting.
 func (r *SubscriberUpdate) Patch() (store.SubscriberPatch, error) {
 	p := store.SubscriberPatch{URL: r.URL, Events: r.Events, Profile: r.Profile, LegacyPrefix: r.LegacyPrefix, Mode: r.Mode,
 		RatePerSec: r.RatePerSec, Burst: r.Burst, MaxInFlight: r.MaxInFlight, TimeoutMS: r.TimeoutMS, Headers: r.Headers}
+	for _, f := range []struct {
+		name string
+		zero bool
+	}{{"rate_per_sec", r.RatePerSec != nil && *r.RatePerSec == 0}, {"burst", r.Burst != nil && *r.Burst == 0},
+		{"max_in_flight", r.MaxInFlight != nil && *r.MaxInFlight == 0}, {"timeout_ms", r.TimeoutMS != nil && *r.TimeoutMS == 0}} {
+		if f.zero {
+			return p, invalid(f.name, errors.New("must not be 0; leave the field out to keep its value"))
+		}
+	}
 	if r.Coalesce != nil {
 		var rule *wire.CoalesceRule
 		if err := strictUnmarshal(r.Coalesce, &rule); err != nil {
 			e := ToError(err)
+			if e.Field == "" {
+				e.Message = strings.Replace(e.Message, bodySubject, "coalesce", 1)
+			}
 			e.Field = "coalesce" + prefixed(e.Field)
 			return p, e
 		}

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strconv"
@@ -59,26 +60,22 @@ type File map[string]string
 
 // ParseFile strictly parses a config file: one JSON object whose keys are known settings (known
 // reports that) and whose values are strings, numbers, booleans or arrays of strings (joined with
-// commas, as a list flag reads them). Unknown keys, other value types and trailing data are errors
-// that name the key.
+// commas, as a list flag reads them). Unknown or repeated keys, other value types and trailing
+// data are errors that name the key.
 func ParseFile(data []byte, known func(key string) bool) (File, error) {
 	if len(data) > MaxFileBytes {
 		return nil, fmt.Errorf("is %d bytes, the maximum is %d", len(data), MaxFileBytes)
 	}
-	var raw map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&raw); err != nil {
-		return nil, fmt.Errorf("not a JSON object: %w", err)
-	}
-	if dec.More() {
-		return nil, errors.New("unexpected data after the JSON object")
-	}
-	if raw == nil {
-		return nil, errors.New("not a JSON object: null")
+	raw, err := objectMembers(data)
+	if err != nil {
+		return nil, err
 	}
 	f := make(File, len(raw))
 	for _, key := range sortedKeys(raw) {
 		if !known(key) {
+			if dashed := strings.ReplaceAll(key, "-", "_"); dashed != key && known(dashed) {
+				return nil, fmt.Errorf("%q: unknown setting (keys are spelt with underscores: %q)", key, dashed)
+			}
 			return nil, fmt.Errorf("%q: unknown setting", key)
 		}
 		v, err := fileValue(raw[key])
@@ -88,6 +85,40 @@ func ParseFile(data []byte, known func(key string) bool) (File, error) {
 		f[key] = v
 	}
 	return f, nil
+}
+
+// objectMembers reads data as one JSON object and returns its members. A key given twice is an
+// error: a decoder would silently keep the last, so of two "db" keys one would be ignored.
+func objectMembers(data []byte) (map[string]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	} else if tok != json.Delim('{') {
+		return nil, fmt.Errorf("not a JSON object: starts with %v", tok)
+	}
+	raw := map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("not a JSON object: %w", err)
+		}
+		key := tok.(string) // Token returns an object's keys as strings, or an error
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, fmt.Errorf("not a JSON object: %w", err)
+		}
+		if _, dup := raw[key]; dup {
+			return nil, fmt.Errorf("%q: given twice", key)
+		}
+		raw[key] = v
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("unexpected data after the JSON object")
+	}
+	return raw, nil
 }
 
 func sortedKeys(m map[string]json.RawMessage) []string {

@@ -105,14 +105,21 @@ func TestBadValuesNameTheSource(t *testing.T) {
 func TestParseFileRejects(t *testing.T) {
 	t.Parallel()
 	cases := map[string]string{
-		`{"nope":1}`:               `"nope": unknown setting`,
-		`{"listen":{"a":1}}`:       `"listen": must be`,
-		`{"token":["a,b"]}`:        `"token": [0]`,
-		`{"listen":"x"} {}`:        "unexpected data",
-		`[1]`:                      "not a JSON object",
-		`null`:                     "not a JSON object",
-		`{"listen":"x",}`:          "not a JSON object",
-		strings.Repeat(" ", 2<<20): "maximum",
+		`{"nope":1}`:                  `"nope": unknown setting`,
+		`{"listen":{"a":1}}`:          `"listen": must be`,
+		`{"token":["a,b"]}`:           `"token": [0]`,
+		`{"listen":"x"} {}`:           "unexpected data",
+		`[1]`:                         "not a JSON object",
+		`null`:                        "not a JSON object",
+		`{"listen":"x",}`:             "not a JSON object",
+		`{"listen":"x","listen":"y"}`: `"listen": given twice`,
+		`{"body-limit":"1MiB"}`:       `"body-limit": unknown setting (keys are spelt with underscores: "body_limit")`,
+		`{"listen":"x"} x`:            "unexpected data",
+		`{"listen" "x"}`:              "not a JSON object",
+		`{1:"x"}`:                     "not a JSON object",
+		`"x"`:                         "not a JSON object",
+		``:                            "not a JSON object",
+		strings.Repeat(" ", 2<<20):    "maximum",
 	}
 	for in, want := range cases {
 		_, err := ParseFile([]byte(in), known)

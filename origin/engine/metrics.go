@@ -49,7 +49,7 @@ func newMetrics(st *store.Store, now func() time.Time, reg prometheus.Registerer
 	cs := []prometheus.Collector{m.delivered, m.failed, m.retried, m.dead, m.coalesced, m.edgeRejections, m.latency,
 		m.staleSettles, m.claimErrors,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: "deliveries_superseded_total",
-			Help: "Pending deliveries replaced by a newer event with the same coalesce key (this process's emits)."},
+			Help: "Deliveries replaced by a newer event with the same coalesce key (this process's emits, and its settles and claims of those that were in flight)."},
 			func() float64 { return float64(st.Counters().Superseded) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: "deliveries_backlog_overflow_total",
 			Help: "Pending deliveries dead-lettered by the per-subscriber backlog cap (this process's emits)."},

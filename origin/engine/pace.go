@@ -50,7 +50,10 @@ func (p *pacer) reserve(sub *store.Subscriber, now time.Time) time.Duration {
 	}
 	b.rate, b.burst = sub.RatePerSec, float64(sub.Burst) // the subscriber's latest limits
 	b.tokens = b.level(now)
-	if now.After(b.at) {
+	// A reading older than the bucket's is a send scheduled late (milliseconds), or, older than
+	// any wait the pacer hands out, a clock set back: then the bucket refills from now on, or it
+	// would hold every send back until the clock had caught up.
+	if now.After(b.at) || b.at.Sub(now) > maxPace {
 		b.at = now
 	}
 	b.tokens = max(b.tokens, -b.rate*maxPace.Seconds()) - 1

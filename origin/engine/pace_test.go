@@ -36,6 +36,30 @@ func TestPacerHoldsBackSendsTheBucketHasNoTokenFor(t *testing.T) {
 	}
 }
 
+// TestPacerRefillsAfterTheClockWentBack: with the clock set back, a bucket refills from the new
+// readings on, instead of holding every send back (up to maxPace each) until the clock has caught
+// up with the old ones.
+func TestPacerRefillsAfterTheClockWentBack(t *testing.T) {
+	p := newPacer()
+	sub := &store.Subscriber{ID: "s", RatePerSec: 10, Burst: 2} // a token every 100 ms
+	t0 := time.Unix(1_000_000, 0)
+	back := t0.Add(-time.Hour)
+	for i, c := range []struct {
+		at   time.Time
+		want time.Duration
+	}{
+		{t0, 0}, {t0, 0}, // the burst
+		{back, 100 * time.Millisecond}, // the clock went back an hour: the bucket is still empty
+		{back.Add(time.Second), 0},     // a second later it has refilled
+		{back.Add(time.Second), 0},     // to its burst
+		{back.Add(time.Second), 100 * time.Millisecond},
+	} {
+		if got := p.reserve(sub, c.at); got != c.want {
+			t.Fatalf("send %d at %s: wait %s, want %s", i, c.at.Sub(t0), got, c.want)
+		}
+	}
+}
+
 func TestPacerForgetsFullBuckets(t *testing.T) {
 	p := newPacer()
 	t0 := time.Unix(1_000_000, 0)

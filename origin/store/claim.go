@@ -40,6 +40,8 @@ type ClaimResult struct {
 	// NextToken, when not zero, is how soon the token bucket of such a subscriber has its next
 	// token: claiming again then keeps the rate precise without polling fast.
 	NextToken time.Duration
+
+	superseded int64 // deliveries whose expired lease ended superseded (rescueExpired)
 }
 
 // candidate is a subscriber that may be claimed for, with its budget.
@@ -100,6 +102,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 		return ClaimResult{}, err
 	}
 	s.claimed(c)
+	s.counters.add(res.superseded, 0)
 	return res, nil
 }
 
@@ -136,8 +139,12 @@ func (s *Store) claimed(c claimPlan) {
 func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, cl claimPlan, moves countDeltas) (ClaimResult, error) {
 	var res ClaimResult
 	if cl.rescue {
-		if err := s.rescueExpired(ctx, tx, cl.now); err != nil {
+		var err error
+		if res.superseded, err = s.rescueExpired(ctx, tx, cl.now); err != nil {
 			return res, fmt.Errorf("claim: rescue expired leases: %w", err)
+		}
+		if _, err := s.exec(ctx, tx, rebaseBucketsSQL, cl.now, clockSlack.Milliseconds()); err != nil {
+			return res, fmt.Errorf("claim: %w", err)
 		}
 	}
 	if moves.into(StatusPending) {
@@ -222,38 +229,53 @@ func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, cl claimPlan, moves cou
 	return res, err
 }
 
-// rescueInterval is how often (in claim time) a claim first looks for expired leases: the look
-// reads every leased delivery, thousands when the engine has many in flight, and a lease is at
-// least a second long.
+// rescueInterval is how often (in claim time) a claim first looks for expired leases (and at the
+// buckets' clocks): the look reads every leased delivery, thousands when the engine has many in
+// flight, and a lease is at least a second long.
 const rescueInterval = time.Second
 
+// clockSlack is how much older than a bucket's last refill a claim's clock reading may be and
+// still be a claim that read the clock and then waited for the write lock, which refills nothing
+// (spendTokens). Older, the clock was set back: rebaseBucketsSQL makes such buckets refill from
+// the new reading on, or they would refill nothing, and their subscribers get nothing, until the
+// clock had caught up with the old readings again. A clock set back also delays by as much the
+// deadlines stored as times: backoffs, Retry-After pauses, circuit cool-downs, leases.
+const clockSlack = time.Minute
+
+// rebaseBucketsSQL moves to now (?1) the refill time of the buckets last refilled more than ?2 ms
+// after it: a scan of the limiter rows, one per subscriber, by the claims that look for expired
+// leases (a claim whose reading is older than the last one's always does: newClaim).
+const rebaseBucketsSQL = `UPDATE limiter SET refilled_at = ?1 WHERE refilled_at > ?1 + ?2`
+
 // rescueExpired returns deliveries whose lease expired (their engine crashed or hung) to the queue
-// as a release would (pending, or held if their subscriber was disabled meanwhile), and counts
-// them (before the candidates are read from the counts): rows leased, and the deliveries of
-// expired ranges (migration 0011), which get their rows here. It looks before it writes: nearly
+// as a release would (pending, held if their subscriber was disabled meanwhile, superseded if a
+// newer event with their coalesce key was emitted): rows leased, and the deliveries of expired
+// ranges (migration 0011), which get their rows here. It counts them (before the candidates are
+// read from the counts), and returns how many it superseded. It looks before it writes: nearly
 // always nothing has expired.
-func (s *Store) rescueExpired(ctx context.Context, tx *sql.Tx, now int64) error {
+func (s *Store) rescueExpired(ctx context.Context, tx *sql.Tx, now int64) (superseded int64, err error) {
 	var expired bool
 	if err := s.queryRow(ctx, tx, `SELECT EXISTS (SELECT 1 FROM deliveries WHERE `+expiredSQL+`)
 		OR EXISTS (SELECT 1 FROM leases WHERE expires_at <= ?1)`, now).Scan(&expired); err != nil || !expired {
-		return err
+		return 0, err
 	}
 	c := countDeltas{}
 	for _, q := range rescueSQL {
 		if err := s.rescue(ctx, tx, q, now, c); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	if _, err := s.exec(ctx, tx, `DELETE FROM leases WHERE expires_at <= ?`, now); err != nil {
-		return err
+		return 0, err
 	}
-	return c.write(ctx, s, tx)
+	return c.total(StatusSuperseded), c.write(ctx, s, tx)
 }
 
 // rescueSQL returns the deliveries of leases expired at ?1 to the queue, returning their
-// subscribers and new statuses: the rows leased, then the leased ranges' deliveries without one.
+// subscribers and new statuses: the rows leased, then the leased ranges' deliveries without one
+// (fanout deliveries, which no newer event supersedes).
 var rescueSQL = [...]string{
-	`UPDATE deliveries SET status = ` + unsentStatus + `, lease_token = '', lease_expires_at = 0, updated_at = ?1
+	`UPDATE deliveries SET status = ` + returnedStatus + `, lease_token = '', lease_expires_at = 0, updated_at = ?1
 		WHERE ` + expiredSQL + ` RETURNING subscriber_id, status`,
 	`INSERT INTO deliveries(seq, event_seq, subscriber_id, status, next_attempt_at, age_from, created_at, updated_at)
 		SELECT d.seq, d.event_seq, d.subscriber_id, CASE WHEN s.state = 'disabled' THEN 'held' ELSE 'pending' END,

@@ -392,6 +392,35 @@ func TestCircuitBreaker(t *testing.T) {
 	}
 }
 
+// TestAReleasedProbeIsTakenAgainAtOnce: the circuit's probe returned unsent (a stop, or a
+// restart, released it) told nothing about the subscriber: the next claim sends a probe again,
+// instead of leaving the circuit probing, with nothing in flight, until the released lease would
+// have ended.
+func TestAReleasedProbeIsTakenAgainAtOnce(t *testing.T) {
+	t.Parallel()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	emitN(t, s, "x", 5)
+	for range 3 { // threshold 3: the circuit opens
+		c := claim(t, s, clk.Now(), 1).Deliveries[0]
+		settle(t, s, clk.Now(), Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: "a", Result: ResultRetry, NextAttemptAt: clk.Now(), Circuit: CircuitFailure})
+	}
+	clk.Advance(time.Minute) // the cool-down
+	probe := claim(t, s, clk.Now(), 10).Deliveries
+	if len(probe) != 1 || !probe[0].Probe {
+		t.Fatalf("after the cool-down want one probe, got %d", len(probe))
+	}
+	settle(t, s, clk.Now(), done(probe[0], ResultRelease))
+	clk.Advance(time.Second) // the released lease had 59 s to run
+	again := claim(t, s, clk.Now(), 10).Deliveries
+	if len(again) != 1 || !again[0].Probe {
+		t.Fatalf("after the probe's release want one probe again, got %d", len(again))
+	}
+	if res := claim(t, s, clk.Now(), 10); len(res.Deliveries) != 0 {
+		t.Fatal("a second probe went out while the first was in flight")
+	}
+}
+
 func TestGoneHoldsDeliveriesUntilResume(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -538,6 +567,7 @@ func TestDueQueriesUseIndexes(t *testing.T) {
 		{dueFirstsSQL(2), []any{"a", 1, 10, "b", 1, 10}, "deliveries_due_first"},
 		{claimRetriesSQL(2), []any{"t", 1, 1, "a", 1, 10, "b", 1, 10}, "deliveries_due_retry"},
 		{supersedeSQL, []any{1, `[["a","k"]]`}, "deliveries_coalesce"},
+		{markInFlightSQL, []any{ReasonNewerEvent, `[["a","k"]]`}, "deliveries_leased"},
 		{`SELECT 1 FROM deliveries WHERE ` + expiredSQL, []any{1}, "deliveries_leased"},
 		{prunableSQL, []any{1}, "deliveries_status_settled"},
 		{prunableEventsSQL, []any{1, 0, 0}, "events_created"},
@@ -612,6 +642,27 @@ func TestStaleClockDoesNotRefillTwice(t *testing.T) {
 		if got := len(claim(t, s, t0.Add(step.at), step.limit).Deliveries); got != step.want {
 			t.Fatalf("claim at +%s: %d, want %d", step.at, got, step.want)
 		}
+	}
+}
+
+// TestABucketRefillsAfterTheClockWentBack: a clock set back (by an hour, say) must not stop a
+// subscriber's bucket from refilling until it reads the time of the last claim again; a reading a
+// little older than the last claim (TestStaleClockDoesNotRefillTwice) still refills nothing.
+func TestABucketRefillsAfterTheClockWentBack(t *testing.T) {
+	t.Parallel()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a", RatePerSec: 10, Burst: 2, MaxInFlight: 100})
+	emitN(t, s, "x", 10)
+	if got := len(claim(t, s, clk.Now(), 10).Deliveries); got != 2 {
+		t.Fatalf("claimed %d, want the burst of 2", got)
+	}
+	clk.Advance(-time.Hour)
+	if got := len(claim(t, s, clk.Now(), 10).Deliveries); got != 0 {
+		t.Fatalf("claimed %d at once after the clock went back, want 0: the bucket is empty", got)
+	}
+	clk.Advance(time.Second) // 10 tokens' worth, clamped at the burst
+	if got := len(claim(t, s, clk.Now(), 10).Deliveries); got != 2 {
+		t.Fatalf("claimed %d a second after the clock went back an hour, want the burst of 2", got)
 	}
 }
 

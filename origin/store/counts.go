@@ -28,6 +28,17 @@ func (c countDeltas) into(to Status) bool {
 	return false
 }
 
+// total is how many deliveries the changes add to a status.
+func (c countDeltas) total(to Status) int64 {
+	var n int64
+	for k, d := range c {
+		if k[1] == string(to) && d > 0 {
+			n += d
+		}
+	}
+	return n
+}
+
 // write adds the changes to queue_counts in one statement (per padded chunk of rows).
 func (c countDeltas) write(ctx context.Context, s *Store, tx *sql.Tx) error {
 	list := make([]any, 0, 3*len(c))

@@ -603,7 +603,9 @@ func (p *groupPlan) countDuplicates(ctx context.Context, tx *sql.Tx) error {
 }
 
 // supersedeStored supersedes the stored pending deliveries of every (subscriber, coalesce key) the
-// group emits, counted for the group's first event with that pair.
+// group emits, counted for the group's first event with that pair. Those in flight are marked
+// (ReasonNewerEvent) instead: one that comes back unsent, to be sent again, is superseded then
+// (settleSQL, rescueExpired), and not sent after the newer event.
 func (p *groupPlan) supersedeStored(ctx context.Context, tx *sql.Tx, now int64) error {
 	if len(p.firstKey) == 0 {
 		return nil
@@ -613,6 +615,9 @@ func (p *groupPlan) supersedeStored(ctx context.Context, tx *sql.Tx, now int64) 
 		pairs = append(pairs, k)
 	}
 	data, _ := json.Marshal(pairs)
+	if _, err := p.s.exec(ctx, tx, markInFlightSQL, ReasonNewerEvent, string(data)); err != nil {
+		return err
+	}
 	rows, err := p.s.query(ctx, tx, supersedeSQL, now, string(data))
 	if err != nil {
 		return err
@@ -638,6 +643,12 @@ const supersedeSQL = `UPDATE deliveries INDEXED BY deliveries_coalesce SET statu
 	FROM (SELECT value->>0 AS sub, value->>1 AS key FROM jsonb_each(?2)) AS j
 	WHERE deliveries.subscriber_id = j.sub AND deliveries.coalesce_key = j.key AND deliveries.status = 'pending' AND deliveries.coalesce_key <> ''
 	RETURNING deliveries.subscriber_id, deliveries.coalesce_key`
+
+// markInFlightSQL marks (?1) the deliveries in flight with a coalesce key of the (subscriber, key)
+// pairs in a JSON array (?2), through deliveries_leased: the rows in flight, a few hundred at most.
+const markInFlightSQL = `UPDATE deliveries INDEXED BY deliveries_leased SET reason = ?1
+	FROM (SELECT value->>0 AS sub, value->>1 AS key FROM jsonb_each(?2)) AS j
+	WHERE deliveries.status = 'leased' AND deliveries.subscriber_id = j.sub AND deliveries.coalesce_key = j.key AND deliveries.coalesce_key <> ''`
 
 // pendingRowsSQL selects up to ?4 (-1: all) pending delivery rows of subscriber ?3 of one kind
 // (attempts > 0: retries, attempts = 0: first attempts), earliest due first as its due index orders

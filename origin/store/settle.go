@@ -78,13 +78,18 @@ func (s *Store) Settle(ctx context.Context, now time.Time, policy CircuitPolicy,
 	if err != nil {
 		return 0, err
 	}
+	var superseded int64
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		moves := countDeltas{}
 		if stale, err = s.settleTx(ctx, tx, now, policy, items, rows, moves); err != nil {
 			return err
 		}
+		superseded = moves.total(StatusSuperseded)
 		return moves.write(ctx, s, tx)
 	})
+	if err == nil {
+		s.counters.add(superseded, 0)
+	}
 	return stale, err
 }
 
@@ -101,6 +106,7 @@ func (s *Store) SettleAndClaim(ctx context.Context, now time.Time, policy Circui
 	if err != nil {
 		return 0, ClaimResult{}, err
 	}
+	var superseded int64
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		moves := countDeltas{} // the settle's and the claim's, written once
 		if len(items) > 0 {
@@ -108,6 +114,7 @@ func (s *Store) SettleAndClaim(ctx context.Context, now time.Time, policy Circui
 				return err
 			}
 		}
+		superseded = moves.total(StatusSuperseded)
 		res, err = s.claimTx(ctx, tx, c, moves)
 		return err
 	})
@@ -115,6 +122,7 @@ func (s *Store) SettleAndClaim(ctx context.Context, now time.Time, policy Circui
 		return 0, ClaimResult{}, err
 	}
 	s.claimed(c)
+	s.counters.add(superseded+res.superseded, 0)
 	return stale, res, nil
 }
 
@@ -208,6 +216,10 @@ func newSettleRow(it *Settlement) (settleRow, error) {
 // disabled, pending otherwise.
 const unsentStatus = `CASE WHEN (SELECT state FROM subscribers WHERE id = deliveries.subscriber_id) = 'disabled' THEN 'held' ELSE 'pending' END`
 
+// returnedStatus is the status of a delivery in flight that comes back unsent: superseded if a
+// newer event with its coalesce key was emitted meanwhile (supersedeStored), else unsentStatus.
+const returnedStatus = `CASE WHEN deliveries.reason = '` + ReasonNewerEvent + `' THEN 'superseded' ELSE ` + unsentStatus + ` END`
+
 // settleDeliveries applies the rest of the batch (those not in done) to the rows leased with their
 // token, adds them to done with their new attempt counts, and adds the moves out of leased to c.
 // The unary + keeps the planner from driving the join from the status index (a scan of every
@@ -245,19 +257,15 @@ func (s *Store) settleDeliveries(ctx context.Context, tx *sql.Tx, batch []settle
 	})
 }
 
-// settleLeased writes the rows of the batch's deliveries that a lease of their subscriber with their
-// token holds as part of its range (migration 0011): each in its final state, in one insert. It adds them to done and the moves out of leased to c, and takes them off
-// their leases' counts, deleting the leases with none left. Whatever no lease holds any more (it
-// expired and was rescued, or the subscriber was deleted) is stale, as a row with another token.
+// settleLeased writes the rows of the batch's deliveries that a lease of their subscriber with
+// their token holds as part of its range (migration 0011): each in its final state, in one insert.
+// It adds them to done with their attempt counts and the moves out of leased to c, and takes them
+// off their leases' counts, deleting the leases with none left. The rest are rows leased, for
+// settleDeliveries, or stale: a lease that expired and was rescued, or a deleted subscriber's.
 func (s *Store) settleLeased(ctx context.Context, tx *sql.Tx, batch []settleRow, now int64, done map[int64]int, c countDeltas) error {
-	var list []any // settleRow fields, settleLeasedSQL's j
+	list := make([]any, 0, 10*len(batch)) // settleRow fields, settleLeasedSQL's j
 	for _, r := range batch {
-		if _, ok := done[r.Seq]; !ok {
-			list = append(list, r.Seq, r.Token, r.Status, r.Inc, r.Next, r.Reason, r.KeepLast, r.Code, r.Error, r.Sub)
-		}
-	}
-	if len(list) == 0 {
-		return nil
+		list = append(list, r.Seq, r.Token, r.Status, r.Inc, r.Next, r.Reason, r.KeepLast, r.Code, r.Error, r.Sub)
 	}
 	tokens := make(map[int64]string, len(batch))
 	for _, r := range batch {
@@ -369,10 +377,10 @@ var countDeliveredSQL = chunkSQL(2, func(values string) string {
 // padding row's NULL seq matches no delivery).
 var settleSQL = chunkSQL(9, func(values string) string {
 	return `UPDATE deliveries SET
-			status = CASE j.status WHEN 'unsent' THEN ` + unsentStatus + ` ELSE j.status END,
+			status = CASE j.status WHEN 'unsent' THEN ` + returnedStatus + ` ELSE j.status END,
 			attempts = deliveries.attempts + j.inc,
 			next_attempt_at = CASE WHEN j.next > 0 THEN j.next ELSE deliveries.next_attempt_at END,
-			reason = CASE WHEN j.status = 'dead' THEN j.reason ELSE deliveries.reason END,
+			reason = CASE j.status WHEN 'dead' THEN j.reason WHEN 'delivered' THEN '' ELSE deliveries.reason END,
 			last_status = CASE WHEN j.keep_last = 1 THEN deliveries.last_status ELSE j.code END,
 			last_error = CASE WHEN j.keep_last = 1 THEN deliveries.last_error ELSE j.error END,
 			delivered_at = CASE WHEN j.status = 'delivered' THEN t.now ELSE deliveries.delivered_at END,
@@ -418,7 +426,7 @@ type limiterState struct {
 
 // settleSubscribers applies the effects of the settlements on their subscribers, in order: a
 // disable (410), the latest Retry-After pause, and the circuit breaker folded over every success
-// and failure. The limiter rows are read with one statement and only the changed ones written with
+// and failure (and releases: see apply). The limiter rows are read with one statement and only the changed ones written with
 // another: in the common case (successes on a closed circuit) nothing is written.
 func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []string, bySub map[string][]*Settlement, now time.Time, policy CircuitPolicy) error {
 	var ids []string
@@ -433,7 +441,7 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 			}
 		}
 		for _, it := range bySub[id] {
-			news = news || !it.PauseUntil.IsZero() || it.Circuit != CircuitNone
+			news = news || !it.PauseUntil.IsZero() || it.Circuit != CircuitNone || it.Result == ResultRelease
 		}
 		if news {
 			ids = append(ids, id)
@@ -487,6 +495,12 @@ var readLimitersSQL = chunkSQL(1, func(values string) string {
 func (st limiterState) apply(items []*Settlement, now time.Time, policy CircuitPolicy) limiterState {
 	for _, it := range items {
 		st.Paused = max(st.Paused, ms(it.PauseUntil))
+		// While the circuit probes, its probe is the subscriber's one delivery in flight (the
+		// claim takes it only with none). Released unsent, it told nothing: the next claim may
+		// probe again, not only once the released lease would have ended (circuit_until).
+		if it.Result == ResultRelease && st.Circuit == "probing" {
+			st.Until = min(st.Until, ms(now))
+		}
 		switch it.Circuit {
 		case CircuitSuccess:
 			st.Failures, st.Circuit, st.Until, st.Opens = 0, "closed", 0, 0

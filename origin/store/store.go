@@ -501,8 +501,8 @@ func fromMS(v int64) time.Time {
 	return time.UnixMilli(v)
 }
 
-// Counters are cumulative in-process counts of things the store decides on its own (at emit), for
-// the engine's metrics.
+// Counters are cumulative in-process counts of things the store decides on its own (at emit, and
+// for a delivery in flight superseded meanwhile, when it comes back), for the engine's metrics.
 type Counters struct {
 	mu              sync.Mutex
 	superseded      int64

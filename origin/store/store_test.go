@@ -634,6 +634,58 @@ func TestCoalescingSupersedesOlderPending(t *testing.T) {
 	}
 }
 
+// TestAnInFlightDeliveryOfANewerKeyIsNotSentAgain: a coalesced delivery in flight when a newer
+// event with its key is emitted is left alone (it may be at the subscriber already), but if it
+// comes back unsent (a retry, an edge reschedule, a release at a stop, an expired lease) it is
+// superseded, not queued again behind the newer one: sent after it, it would leave the
+// subscriber with the older state. One delivered meanwhile stays delivered.
+func TestAnInFlightDeliveryOfANewerKeyIsNotSentAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "co", Coalesce: &wire.CoalesceRule{EventTypes: []string{"rank"}, Key: "k", WindowSeconds: 10}})
+	keys := []string{"retry", "reschedule", "release", "expire", "delivered"}
+	for _, k := range keys {
+		mustEmit(t, s, "old-"+k, "rank", `{"k":"`+k+`"}`)
+	}
+	old := map[string]Claimed{}
+	for _, c := range claim(t, s, clk.Now(), 10).Deliveries {
+		old[c.CoalesceKey] = c
+	}
+	for _, k := range keys {
+		if res := mustEmit(t, s, "new-"+k, "rank", `{"k":"`+k+`"}`); res.Superseded != 0 {
+			t.Fatalf("new-%s superseded %d at emit, want 0: the older one is in flight", k, res.Superseded)
+		}
+	}
+	var items []Settlement
+	for k, r := range map[string]Result{"retry": ResultRetry, "reschedule": ResultReschedule, "release": ResultRelease, "delivered": ResultDelivered} {
+		it := done(old[k], r)
+		it.NextAttemptAt = clk.Now()
+		items = append(items, it)
+	}
+	settle(t, s, clk.Now(), items...)
+	clk.Advance(2 * time.Minute) // old-expire's lease ends: the next claim looks for it
+	claimed := map[string]bool{}
+	for _, c := range claim(t, s, clk.Now(), 20).Deliveries {
+		claimed[c.Event.ID] = true
+	}
+	for _, k := range keys {
+		want := StatusSuperseded
+		if k == "delivered" {
+			want = StatusDelivered
+		}
+		if d, err := s.GetDelivery(ctx, old[k].DeliveryID); err != nil || d.Status != want {
+			t.Errorf("old-%s: %+v %v, want %s", k, d, err, want)
+		}
+		if claimed["old-"+k] || !claimed["new-"+k] {
+			t.Errorf("claimed %v: want new-%s and not old-%s", claimed, k, k)
+		}
+	}
+	if n := s.Counters().Superseded; n != 4 {
+		t.Errorf("superseded counter %d, want 4", n)
+	}
+}
+
 // TestGroupWritesRowsInEventOrder: one group mixing plain delivery rows with coalesced ones (a key,
 // a status other than pending) writes every subscriber's deliveries in the order of its events,
 // which is the order claiming takes deliveries due at the same time.

@@ -162,6 +162,9 @@ const (
 	ReasonMaxAttempts     = "max_attempts"
 	ReasonMaxAge          = "max_age"
 	ReasonBacklogOverflow = "backlog_overflow"
+	// ReasonNewerEvent marks a coalesced delivery in flight when a newer event with its key was
+	// emitted: if it comes back unsent it is superseded (supersedeStored), with this reason.
+	ReasonNewerEvent = "newer_event"
 )
 
 // Event is an emitted event: its body is stored once, as the exact bytes received.

@@ -195,15 +195,24 @@ func decodeStrict(data []byte, v any) error {
 }
 
 // checkKeys walks one JSON value that already decoded into type t and rejects what encoding/json
-// lets through silently: a duplicate key (it keeps the last) and a struct key spelled other than its
-// json tag (it matches case-insensitively, so "URL" would fill "url"). A nil t accepts any keys.
+// lets through silently: a duplicate key (it keeps the last), a struct key spelled other than its
+// json tag (it matches case-insensitively, so "URL" would fill "url") and a null where t cannot be
+// nil (it leaves the zero value, so {"X-A": null} would be a header with an empty value). A nil t
+// accepts any keys.
 func checkKeys(dec *json.Decoder, t reflect.Type, path string) error {
-	for t != nil && t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
 	tok, err := dec.Token()
 	if err != nil {
 		return err
+	}
+	if tok == nil && t != nil {
+		switch t.Kind() {
+		case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Interface:
+		default:
+			return fmt.Errorf("%s: null where a value of type %s is required", path, t.Kind())
+		}
+	}
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
 	}
 	switch tok {
 	case json.Delim('{'):
@@ -336,20 +345,31 @@ func EncodeBulk(entries []BulkEntry) ([]byte, error) {
 
 // DecodeBulk reads a `wrangler kv bulk put` file strictly.
 func DecodeBulk(data []byte) ([]BulkEntry, error) {
-	var entries []BulkEntry
-	if err := decodeStrict(data, &entries); err != nil {
+	// Value is a pointer so that a missing or null "value", which wrangler refuses, is told apart
+	// from an empty string.
+	var raw []struct {
+		Key           string  `json:"key"`
+		Value         *string `json:"value"`
+		ExpirationTTL int64   `json:"expiration_ttl"`
+	}
+	if err := decodeStrict(data, &raw); err != nil {
 		return nil, fmt.Errorf("kv bulk file: %w", err)
 	}
-	if entries == nil {
+	if raw == nil {
 		return nil, errors.New("kv bulk file: must be a JSON array")
 	}
-	for i, e := range entries {
+	entries := make([]BulkEntry, len(raw))
+	for i, e := range raw {
 		if e.Key == "" {
 			return nil, fmt.Errorf("kv bulk file: [%d].key is empty", i)
+		}
+		if e.Value == nil {
+			return nil, fmt.Errorf("kv bulk file: [%d].value is required (a string)", i)
 		}
 		if e.ExpirationTTL != 0 && e.ExpirationTTL < 60 {
 			return nil, fmt.Errorf("kv bulk file: [%d].expiration_ttl %d is below KV's minimum of 60", i, e.ExpirationTTL)
 		}
+		entries[i] = BulkEntry{Key: e.Key, Value: *e.Value, ExpirationTTL: e.ExpirationTTL}
 	}
 	return entries, nil
 }

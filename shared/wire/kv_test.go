@@ -100,6 +100,8 @@ func TestDecodeSubscriberRecordErrors(t *testing.T) {
 		{"trailing data", rec("url", `"https://h.example/x"`) + `{}`, "", "after the JSON value"},
 		{"trailing garbage", rec("url", `"https://h.example/x"`) + ` x`, "", "subscriber record"},
 		{"wrong type", rec("timeout_ms", `"1000"`), "", "timeout_ms"},
+		{"null header value", rec("headers", `{"X-A":null}`), "", "headers.X-A: null where a value of type string is required"},
+		{"null coalesce key", coalesce(`"event_types":["a"],"key":null,"window_seconds":1`), "", "coalesce.key: null"},
 		{"too large", `{"url":"` + strings.Repeat("a", wire.MaxRecordBytes) + `"}`, "", "the maximum is 65536"},
 
 		{"missing url", rec("url", ""), "url", "is required"},
@@ -272,6 +274,9 @@ func TestBulk(t *testing.T) {
 		{`[{"key":"a","value":"x","key":"b"}]`, `duplicate key "[0].key"`},
 		{`[{"key":"a","value":"x"},{"KEY":"a","value":"x"}]`, `unknown field "[1].KEY"`},
 		{`[{"key":"a","value":1}]`, "value"},
+		{`[{"key":"sub:a"}]`, "[0].value is required"},
+		{`[{"key":"a","value":"x"},{"key":"b","value":null}]`, "[1].value is required"},
+		{`[{"key":"a","value":"x","expiration_ttl":null}]`, "[0].expiration_ttl: null where a value of type int64 is required"},
 		{`[] []`, "after the JSON value"},
 	}
 	for _, tc := range bad {

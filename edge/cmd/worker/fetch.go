@@ -14,8 +14,8 @@ import (
 
 // fetchUpstream is relay.Upstream over the Workers fetch API, through the loader's io.post: fetch
 // has no timeout of its own, so io.post aborts the request (connection and all) when the
-// subscriber's timeout expires, covering the headers and the body excerpt alike, and it never
-// follows redirects.
+// subscriber's timeout expires, a timeout before the status arrives and a shorter excerpt after,
+// and it never follows redirects.
 type fetchUpstream struct{}
 
 var _ relay.Upstream = fetchUpstream{}

@@ -218,7 +218,8 @@ const io = {
     });
   },
   // One POST to a subscriber, aborted (connection and all) after timeoutMs; settles
-  // [status, headerText, body excerpt or null], status "-1" on timeout; fails when unreachable.
+  // [status, headerText, body excerpt or null], status "-1" on a timeout before the status arrived;
+  // fails when unreachable.
   post(id, urlPtr, urlLen, headersPtr, headersLen, bodyPtr, bodyLen, timeoutMs, maxBytes) {
     settleWith(id, () => {
       const body = bytesAt(bodyPtr, bodyLen).slice(); // Go's memory is reused; fetch reads later
@@ -237,7 +238,10 @@ async function post(url, headers, body, timeoutMs, maxBytes) {
   try {
     // redirect: manual — the destination comes only from the subscriber's record.
     const res = await fetch(url, { method: "POST", headers: parseHeaders(headers), body, redirect: "manual", signal: abort.signal });
-    const out = await excerpt(res, maxBytes);
+    // The subscriber has answered once its status is here: a body that then breaks off or stalls
+    // past the timeout (the abort) costs the excerpt only, not the answer (a 2xx must still get its
+    // dedup mark), as in the harness.
+    const out = await excerpt(res, maxBytes).catch(() => null);
     return [String(res.status), headerText(res.headers), out];
   } catch (e) {
     if (timedOut) return ["-1", "", null];

@@ -24,10 +24,18 @@ type Client struct {
 
 var _ relay.Upstream = (*Client)(nil)
 
-// New returns a Client over transport (http.DefaultTransport when nil).
+// MaxHeaderBytes bounds a subscriber's status line and headers, as workerd's fetch does (it fails
+// on a response head over 128 KiB): an answer the Worker cannot read is unreachable here too, and
+// the excerpt's few headers never cost the harness's module instances megabytes.
+const MaxHeaderBytes = 128 << 10
+
+// New returns a Client over transport (a clone of http.DefaultTransport with MaxHeaderBytes when
+// nil; a caller's own transport should set MaxResponseHeaderBytes to it too).
 func New(transport http.RoundTripper) *Client {
 	if transport == nil {
-		transport = http.DefaultTransport
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxResponseHeaderBytes = MaxHeaderBytes
+		transport = tr
 	}
 	return &Client{http: &http.Client{
 		Transport:     transport,
@@ -36,7 +44,7 @@ func New(transport http.RoundTripper) *Client {
 }
 
 // Do POSTs req and returns the subscriber's answer, or an error wrapping relay.ErrUpstreamTimeout
-// when req.Timeout or ctx expires first.
+// when req.Timeout or ctx expires before the answer's status and headers arrive.
 func (c *Client) Do(ctx context.Context, req *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, req.Timeout)
 	defer cancel()
@@ -52,10 +60,9 @@ func (c *Client) Do(ctx context.Context, req *relay.UpstreamRequest) (*relay.Ups
 		return nil, classify(ctx, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, wire.MaxExcerptBytes))
-	if err != nil && ctx.Err() != nil {
-		return nil, classify(ctx, err)
-	}
+	// The subscriber has answered once its status is here: a body that then breaks off or stalls
+	// past the timeout costs the excerpt only, not the answer (a 2xx must get its dedup mark).
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, wire.MaxExcerptBytes))
 	h := make(relay.Header, 0, len(resp.Header))
 	for k, vs := range resp.Header {
 		h.Set(k, strings.Join(vs, ", "))

@@ -46,6 +46,9 @@ func (f *listFlags) filter() (store.DeliveryFilter, error) {
 	if err != nil {
 		return store.DeliveryFilter{}, err
 	}
+	if err := api.CheckTimeRange(from, to); err != nil {
+		return store.DeliveryFilter{}, usagef("--from: %v", err)
+	}
 	if f.limit < 1 || f.limit > store.MaxPageSize {
 		return store.DeliveryFilter{}, usagef("--limit: %d is not from 1 to %d", f.limit, store.MaxPageSize)
 	}

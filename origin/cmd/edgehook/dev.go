@@ -63,7 +63,7 @@ signatures, one the legacy X-VVV-Signature profile. It emits a few sample events
 delivery as it arrives, and runs until Ctrl-C; emit more with curl against --listen.`,
 		Example: `  make run
   edgehook dev --db build/dev.db
-  curl -X POST http://127.0.0.1:8080/v1/events -d '{"type":"video.trending","data":{"video_id":"v1"}}'`,
+  ` + emitCurl("http://"+DefaultDevListen),
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger(os.Stderr)
@@ -177,7 +177,7 @@ func runDev(ctx context.Context, out io.Writer, log *slog.Logger, listen, edgeLi
 		}
 		say("emitted   %s %s", e.typ, e.data)
 	}
-	say("Deliveries appear below. Emit more with:\n  curl -X POST %s/v1/events -d '{\"type\":\"video.trending\",\"data\":{\"video_id\":\"v1\"}}'\nCtrl-C stops.", apiURL)
+	say("Deliveries appear below. Emit more with:\n  %s\nCtrl-C stops.", emitCurl(apiURL))
 	<-ctx.Done()
 	say("stopping")
 	return nil
@@ -228,6 +228,12 @@ func upsertSample(ctx context.Context, st *store.Store, s sample, url string) (*
 		in.Profile, in.LegacyPrefix = store.ProfileLegacy, s.legacyPrefix
 	}
 	return st.CreateSubscriber(ctx, in)
+}
+
+// emitCurl is the command dev suggests for emitting an event to the API at apiURL. The API
+// refuses curl -d's default form content type (415), so it sets the JSON one.
+func emitCurl(apiURL string) string {
+	return `curl -X POST ` + apiURL + `/v1/events -H 'Content-Type: application/json' -d '{"type":"video.trending","data":{"video_id":"v1"}}'`
 }
 
 func emitSample(ctx context.Context, apiURL, typ, data string) error {

@@ -7,6 +7,7 @@ import (
 	"github.com/edgehook/edgehook/origin/config"
 	"github.com/edgehook/edgehook/origin/engine"
 	"github.com/edgehook/edgehook/shared/signature"
+	"github.com/edgehook/edgehook/shared/wire"
 	"github.com/spf13/pflag"
 )
 
@@ -70,6 +71,13 @@ func (f *engineFlags) config() (engine.Config, error) {
 		return c, usagef("--lease-duration: %s is below 1s", c.LeaseDuration)
 	case c.BackoffCap < c.BackoffBase:
 		return c, usagef("--backoff-cap: %s is below --backoff-base %s", c.BackoffCap, c.BackoffBase)
+	case c.RetryAfterCap > wire.MaxRetryAfter:
+		return c, usagef("--retry-after-cap: %s is above %s", c.RetryAfterCap, wire.MaxRetryAfter)
+	}
+	if c.EdgeURL != "" {
+		if err := wire.ValidateURL(c.EdgeURL); err != nil {
+			return c, usagef("--edge-url: %v", err)
+		}
 	}
 	c.CircuitMaxCooldown = max(engine.DefaultCircuitMaxCooldown, c.CircuitCooldown)
 	if f.edgeSecret != "" {

@@ -31,7 +31,7 @@ func main() {
 	err := rootCmd.ExecuteContext(ctx)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "edgehook: "+oneLine(err))
+		fmt.Fprintln(os.Stderr, "edgehook: "+oneLine(err)+busyHint(err))
 		os.Exit(exitCode(err))
 	}
 }
@@ -56,4 +56,17 @@ func exitCode(err error) int {
 func oneLine(err error) string {
 	msg, _, _ := strings.Cut(err.Error(), "\n")
 	return strings.TrimSpace(msg)
+}
+
+// sqliteBusy is SQLite's primary result code for a lock another connection holds.
+const sqliteBusy = 5
+
+// busyHint tells the operator what a bare "database is locked" means: another process kept the
+// write lock for longer than this one was willing to wait.
+func busyHint(err error) string {
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) && coded.Code()&0xff == sqliteBusy {
+		return fmt.Sprintf(" (another process held the write lock for longer than --busy-timeout %s)", global.busyTimeout)
+	}
+	return ""
 }

@@ -4,7 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,9 +22,11 @@ import (
 	"time"
 
 	"github.com/edgehook/edgehook/origin/api"
+	"github.com/edgehook/edgehook/origin/store"
 	"github.com/edgehook/edgehook/shared/signature"
 	"github.com/edgehook/edgehook/shared/wire"
 	"go.uber.org/goleak"
+	_ "modernc.org/sqlite"
 )
 
 // bin is the edgehook binary, built once for all tests.
@@ -136,7 +138,7 @@ func TestVersionAndHelp(t *testing.T) {
 		{"subscribers"}, {"subscribers", "add"}, {"subscribers", "list"}, {"subscribers", "show"}, {"subscribers", "update"},
 		{"subscribers", "pause"}, {"subscribers", "resume"}, {"subscribers", "rotate-secret"}, {"subscribers", "remove"},
 		{"deliveries"}, {"deliveries", "list"}, {"deliveries", "show"}, {"deliveries", "retry"},
-		{"dead"}, {"dead", "list"}, {"dead", "replay"}, {"edge"}, {"edge", "export-kv"}}
+		{"dead"}, {"dead", "list"}, {"dead", "replay"}, {"stats"}, {"edge"}, {"edge", "export-kv"}}
 	for _, args := range commands {
 		out := c.ok(append(args, "--help")...)
 		if !strings.Contains(out, "Usage:") {
@@ -173,6 +175,10 @@ func TestBadInput(t *testing.T) {
 		{nil, []string{"serve", "--listen", "0.0.0.0:8080"}, 2, "--token"},
 		{nil, []string{"serve", "--listen", "nonsense"}, 2, "--listen"},
 		{nil, []string{"serve", "--edge-url", "https://edge.example"}, 2, "--edge-secret"},
+		{nil, []string{"serve", "--edge-url", "ftp://edge.example", "--edge-secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, 2, "--edge-url"},
+		{nil, []string{"drain", "--edge-url", "edge.example", "--edge-secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, 2, "--edge-url"},
+		{nil, []string{"drain", "--retry-after-cap", "1000h"}, 2, "--retry-after-cap"},
+		{nil, []string{"serve", "--listen", "127.0.0.1:99999"}, 2, "--listen"},
 		{nil, []string{"serve", "--edge-url", "https://edge.example", "--edge-secret", "nope"}, 2, "--edge-secret"},
 		{nil, []string{"serve", "--body-limit", "lots"}, 2, "--body-limit"},
 		{nil, []string{"--log-format", "xml", "migrate"}, 2, "--log-format"},
@@ -191,6 +197,15 @@ func TestBadInput(t *testing.T) {
 		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--rate", "fast"}, 2, "--rate"},
 		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--header", "nocolon"}, 2, "--header"},
 		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--coalesce-key", "id"}, 2, "--coalesce-key"},
+		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--header", "X-A: 1", "--header", "X-A: 2"}, 2, "--header"},
+		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--header", "X-A: 1", "--header", "x-a: 2"}, 2, "--header:"},
+		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--header", "webhook-id: 1"}, 2, "--header:"},
+		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--timeout", "500us"}, 2, "--timeout"},
+		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--timeout", "-5s"}, 2, "--timeout: -5s"},
+		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--rate", "0"}, 2, "--rate"},
+		{nil, []string{"subscribers", "update", "x", "--burst", "0"}, 2, "--burst"},
+		{nil, []string{"subscribers", "update", "x", "--max-in-flight", "0"}, 2, "--max-in-flight"},
+		{nil, []string{"subscribers", "update", "x", "--timeout", "0s"}, 2, "--timeout"},
 		{nil, []string{"subscribers", "show"}, 2, "ID"},
 		{nil, []string{"subscribers", "update", "x", "--no-coalesce", "--coalesce-key", "k"}, 2, "--no-coalesce"},
 		{nil, []string{"subscribers", "rotate-secret", "x", "--overlap", "forever"}, 2, "--overlap"},
@@ -198,6 +213,7 @@ func TestBadInput(t *testing.T) {
 		{nil, []string{"deliveries", "list", "--status", "lost"}, 2, "--status"},
 		{nil, []string{"deliveries", "list", "--limit", "0"}, 2, "--limit"},
 		{nil, []string{"deliveries", "list", "--from", "monday"}, 2, "--from"},
+		{nil, []string{"dead", "list", "--from", "2030-01-01T00:00:00Z", "--to", "2020-01-01T00:00:00Z"}, 2, "--from"},
 		{nil, []string{"deliveries", "show", "dlv_x_1"}, 1, "not found"},
 		{nil, []string{"dead", "replay"}, 2, "--subscriber"},
 		{nil, []string{"dead", "replay", "--subscriber", "s", "--to", "later"}, 2, "--to"},
@@ -277,6 +293,14 @@ func TestSubscriberCommands(t *testing.T) {
 		"--coalesce-types", "order.*", "--coalesce-key", "order_id", "--coalesce-window", "30s")
 	if sub.RatePerSec != 50 || sub.Burst != 80 || sub.Coalesce == nil || sub.Coalesce.WindowSeconds != 30 || sub.URL != "https://shop.example/hooks" {
 		t.Fatalf("updated = %+v", sub)
+	}
+	// A 0 would read as "the default" and silently reset the setting: refused, nothing changed.
+	if r := c.run("subscribers", "update", "shop", "--rate", "0"); r.code != 2 || !strings.Contains(r.stderr, "--rate") {
+		t.Fatalf("update --rate 0: %+v", r)
+	}
+	var unchanged api.Subscriber
+	if c.okJSON(&unchanged, "subscribers", "show", "shop"); unchanged.RatePerSec != 50 {
+		t.Fatalf("a refused update changed the rate: %+v", unchanged)
 	}
 	var uncoalesced api.Subscriber
 	c.okJSON(&uncoalesced, "subscribers", "update", "shop", "--no-coalesce")
@@ -405,6 +429,16 @@ func TestEmitDrainAndDeadLetters(t *testing.T) {
 	table := c.ok("deliveries", "list", "--status", "pending")
 	if n := strings.Count(table, "\n"); n != 5 { // header + 4 deliveries
 		t.Fatalf("pending deliveries table has %d lines:\n%s", n, table)
+	}
+	// stats: the queue as GET /v1/stats has it, from the file alone.
+	var stats api.Stats
+	c.okJSON(&stats, "stats", "--json")
+	if stats.Depth != 4 || len(stats.Subscribers) != 2 || stats.Subscribers[0].Counts[store.StatusPending] != 2 ||
+		stats.Subscribers[1].Counts[store.StatusPending] != 2 {
+		t.Fatalf("stats = %+v", stats)
+	}
+	if out := c.ok("stats"); !strings.HasPrefix(out, "depth: 4 ") || !regexp.MustCompile(`(?m)^ok +active +2 +0 `).MatchString(out) {
+		t.Fatalf("stats table:\n%s", out)
 	}
 	var page api.DeliveryPage
 	c.okJSON(&page, "deliveries", "list", "--limit", "3", "--json")
@@ -644,5 +678,38 @@ func TestMigrateNewStoreID(t *testing.T) {
 	}
 	if after := prefix(); after != "dlv_"+m[1]+"_" || after == before {
 		t.Fatalf("delivery ids under %s before and %s after the new store id %s", before, after, m[1])
+	}
+}
+
+// TestLockedDatabase: a write that waits past --busy-timeout for another process's lock fails
+// with exit 1, one line that says so, and nothing written.
+func TestLockedDatabase(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	c.ok("migrate")
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(c.dir, "edgehook.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	conn, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	r := c.run("--busy-timeout", "100ms", "emit", "--id", "locked", "--type", "a.b", "--data", "1")
+	if line := strings.TrimSuffix(r.stderr, "\n"); r.code != 1 || strings.Contains(line, "\n") ||
+		!strings.Contains(line, "locked") || !strings.Contains(line, "--busy-timeout 100ms") {
+		t.Fatalf("emit on a locked database: exit %d, stderr %q; want exit 1 and one line naming --busy-timeout", r.code, r.stderr)
+	}
+	if _, err := conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	var again api.EmitResult
+	if c.okJSON(&again, "emit", "--id", "locked", "--type", "a.b", "--data", "1"); again.Duplicate {
+		t.Fatal("the refused event was written")
 	}
 }

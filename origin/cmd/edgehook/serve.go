@@ -55,7 +55,10 @@ Listening on anything but a loopback address requires at least one --token.`,
 
 // checkServe validates serve's settings; the API must not be open to a network without a token.
 func checkServe() error {
-	host, _, err := net.SplitHostPort(serveFlags.listen)
+	host, port, err := net.SplitHostPort(serveFlags.listen)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
 	if err != nil {
 		return usagef("--listen: %q is not host:port: %v", serveFlags.listen, err)
 	}

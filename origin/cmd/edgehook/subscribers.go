@@ -53,14 +53,39 @@ func (f *subscriberFlags) parsedHeaders() (map[string]string, error) {
 		return nil, nil
 	}
 	h := make(map[string]string, len(f.headers))
+	seen := make(map[string]bool, len(f.headers))
 	for _, kv := range f.headers {
 		name, value, ok := strings.Cut(kv, ":")
 		if !ok {
 			return nil, usagef("--header: %q is not \"Name: value\"", kv)
 		}
-		h[strings.TrimSpace(name)] = strings.TrimSpace(value)
+		name = strings.TrimSpace(name)
+		lower := strings.ToLower(name)
+		if seen[lower] {
+			return nil, usagef("--header: %q is given twice (names are case-insensitive)", name)
+		}
+		seen[lower] = true
+		h[name] = strings.TrimSpace(value)
 	}
 	return h, nil
+}
+
+// checkGiven refuses a 0 given to --rate, --burst or --max-in-flight, which the store would take
+// as "the default" (resetting a subscriber's setting on update), and a --timeout outside the
+// range the subscriber record allows (below 1ms it would also read as 0).
+func (f *subscriberFlags) checkGiven(fs *pflag.FlagSet) error {
+	for _, z := range []struct {
+		name string
+		zero bool
+	}{{"rate", f.rate == 0}, {"burst", f.burst == 0}, {"max-in-flight", f.maxInFlight == 0}} {
+		if fs.Changed(z.name) && z.zero {
+			return usagef("--%s: must not be 0 (leave the flag out instead)", z.name)
+		}
+	}
+	if fs.Changed("timeout") && (f.timeout < wire.MinTimeout || f.timeout > wire.MaxTimeout) {
+		return usagef("--timeout: %s is outside [%s, %s]", f.timeout, wire.MinTimeout, wire.MaxTimeout)
+	}
+	return nil
 }
 
 func (f *subscriberFlags) coalesceRule(fs *pflag.FlagSet) (*wire.CoalesceRule, error) {
@@ -77,6 +102,9 @@ func (f *subscriberFlags) coalesceRule(fs *pflag.FlagSet) (*wire.CoalesceRule, e
 }
 
 func (f *subscriberFlags) input(fs *pflag.FlagSet) (store.SubscriberInput, error) {
+	if err := f.checkGiven(fs); err != nil {
+		return store.SubscriberInput{}, err
+	}
 	headers, err := f.parsedHeaders()
 	if err != nil {
 		return store.SubscriberInput{}, err
@@ -93,6 +121,9 @@ func (f *subscriberFlags) input(fs *pflag.FlagSet) (store.SubscriberInput, error
 // patch carries only the flags given on the command line.
 func (f *subscriberFlags) patch(fs *pflag.FlagSet) (store.SubscriberPatch, error) {
 	var p store.SubscriberPatch
+	if err := f.checkGiven(fs); err != nil {
+		return p, err
+	}
 	set := fs.Changed
 	if set("url") {
 		p.URL = &f.url

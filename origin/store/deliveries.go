@@ -449,10 +449,11 @@ const pruneChunk = 2000
 
 // prunableEventsSQL reads the next pruneChunk events older than ?1 past the key (?2, ?3) of
 // (created_at, seq), in that order through events_created, each with whether it can go: no
-// delivery needs it, a row or not.
+// delivery needs it, a row or not. Leases are looked at only for an event past the oldest range:
+// retention's events are older than any lease, nearly always.
 var prunableEventsSQL = `SELECT seq, created_at, NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = e.seq)
 		AND NOT EXISTS (SELECT 1 FROM fanout_deliveries f WHERE f.event_seq = e.seq)
-		AND NOT EXISTS (SELECT 1 FROM leased_deliveries f WHERE f.event_seq = e.seq)
+		AND NOT (e.seq > coalesce((SELECT min(after_seq) FROM leases), 1 << 62) AND EXISTS (SELECT 1 FROM leased_deliveries f WHERE f.event_seq = e.seq))
 	FROM events e INDEXED BY events_created WHERE created_at < ?1 AND (created_at, seq) > (?2, ?3)
 	ORDER BY created_at, seq LIMIT ` + strconv.Itoa(pruneChunk)
 

@@ -313,13 +313,13 @@ func (s *Store) fanoutLeases(ctx context.Context, tx *sql.Tx, takes []fanoutTake
 		}
 		sp.through, sp.n = max(sp.through, r.eventSeq), sp.n+1
 	}
-	var list []any // subscriber, after, through, count
+	var list []any // subscriber, ordinal, after, through, count
 	for _, t := range takes {
 		if sp := spans[t.sub]; sp != nil {
-			list = append(list, t.sub, t.cursor, sp.through, sp.n)
+			list = append(list, t.sub, t.ordinal, t.cursor, sp.through, sp.n)
 		}
 	}
-	return out, s.execPadded(ctx, tx, &insertLeasesSQL, []any{token, now, leaseUntil}, list, 4)
+	return out, s.execPadded(ctx, tx, &insertLeasesSQL, []any{token, now, leaseUntil}, list, 5)
 }
 
 // fanoutFoundRowsSQL reads the deliveries a fanoutSearch finds as claimKind scans them.
@@ -329,11 +329,11 @@ func fanoutFoundRowsSQL(found string) string {
 }
 
 // insertLeasesSQL writes leases: parameters the token, now and the expiry, then each subscriber,
-// the range (after, through] and its count. A subscriber's second range in one claim starts where
-// its first ended: the two are one.
-var insertLeasesSQL = chunkSQL(4, func(values string) string {
-	return `INSERT INTO leases(subscriber_id, token, after_seq, through_seq, claimed_at, expires_at, remaining)
-		SELECT v.column1, t.token, v.column2, v.column3, t.now, t.exp, v.column4
+// its ordinal, the range (after, through] and its count. A subscriber's second range in one claim
+// starts where its first ended: the two are one.
+var insertLeasesSQL = chunkSQL(5, func(values string) string {
+	return `INSERT INTO leases(subscriber_id, token, ordinal, after_seq, through_seq, claimed_at, expires_at, remaining)
+		SELECT v.column1, t.token, v.column2, v.column3, v.column4, t.now, t.exp, v.column5
 		FROM (SELECT ? AS token, ? AS now, ? AS exp) AS t, (` + values + `) AS v WHERE v.column1 IS NOT NULL
 		ON CONFLICT(subscriber_id, token) DO UPDATE SET through_seq = max(through_seq, excluded.through_seq),
 			remaining = remaining + excluded.remaining`

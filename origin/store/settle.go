@@ -315,8 +315,9 @@ func (s *Store) settleLeased(ctx context.Context, tx *sql.Tx, batch []settleRow,
 var settleLeasedSQL = chunkSQL(10, func(values string) string {
 	return `INSERT INTO deliveries(seq, event_seq, subscriber_id, status, reason, attempts, next_attempt_at, age_from,
 			last_status, last_error, created_at, updated_at, delivered_at)
-		SELECT j.seq, e.seq, s.id,
-			CASE j.status WHEN 'unsent' THEN CASE WHEN s.state = 'disabled' THEN 'held' ELSE 'pending' END ELSE j.status END,
+		SELECT j.seq, e.seq, ls.subscriber_id,
+			CASE j.status WHEN 'unsent' THEN CASE WHEN (SELECT state FROM subscribers WHERE id = ls.subscriber_id) = 'disabled'
+				THEN 'held' ELSE 'pending' END ELSE j.status END,
 			CASE WHEN j.status = 'dead' THEN j.reason ELSE '' END, j.inc,
 			CASE WHEN j.next > 0 THEN j.next ELSE e.created_at END, e.created_at,
 			CASE WHEN j.keep_last = 1 THEN 0 ELSE j.code END, CASE WHEN j.keep_last = 1 THEN '' ELSE j.error END,
@@ -325,10 +326,9 @@ var settleLeasedSQL = chunkSQL(10, func(values string) string {
 			(SELECT column1 AS seq, column2 AS token, column3 AS status, column4 AS inc, column5 AS next, column6 AS reason,
 				column7 AS keep_last, column8 AS code, column9 AS error, column10 AS sub FROM (` + values + `)) AS j
 			JOIN leases ls ON ls.subscriber_id = j.sub AND ls.token = j.token
-			JOIN subscribers s ON s.id = ls.subscriber_id
 			JOIN events e ON e.seq = j.seq >> ` + fmt.Sprint(ordinalBits) + `
-		WHERE (j.seq & ` + fmt.Sprint(maxOrdinals-1) + `) = s.ordinal AND e.seq > ls.after_seq AND e.seq <= ls.through_seq
-			AND e.fanout <> 0 AND EXISTS (SELECT 1 FROM fanout_members m WHERE m.fanout = e.fanout AND m.ordinal = s.ordinal)
+		WHERE (j.seq & ` + fmt.Sprint(maxOrdinals-1) + `) = ls.ordinal AND e.seq > ls.after_seq AND e.seq <= ls.through_seq
+			AND e.fanout <> 0 AND EXISTS (SELECT 1 FROM fanout_members m WHERE m.fanout = e.fanout AND m.ordinal = ls.ordinal)
 		ON CONFLICT(seq) DO NOTHING
 		RETURNING seq, attempts, subscriber_id, status`
 })

@@ -12,6 +12,7 @@
 CREATE TABLE leases (
   subscriber_id TEXT NOT NULL,
   token         TEXT NOT NULL,
+  ordinal       INTEGER NOT NULL, -- the subscriber's
   after_seq     INTEGER NOT NULL,
   through_seq   INTEGER NOT NULL,
   claimed_at    INTEGER NOT NULL,
@@ -27,13 +28,13 @@ DROP VIEW all_deliveries;
 -- The leased deliveries that are not rows: the events of each lease's range in its subscriber's
 -- fanouts, without a row. Leases drive the loop: there are a few per subscriber at most.
 CREATE VIEW leased_deliveries AS
-  SELECT (e.seq << 20) | s.ordinal AS seq, e.seq AS event_seq, s.id AS subscriber_id, 'leased' AS status, '' AS reason,
+  SELECT (e.seq << 20) | ls.ordinal AS seq, e.seq AS event_seq, ls.subscriber_id AS subscriber_id, 'leased' AS status, '' AS reason,
     '' AS coalesce_key, 0 AS attempts, e.created_at AS next_attempt_at, e.created_at AS age_from, ls.token AS lease_token,
     ls.expires_at AS lease_expires_at, 0 AS last_status, '' AS last_error, e.created_at AS created_at, ls.claimed_at AS updated_at,
     0 AS delivered_at
-  FROM leases ls CROSS JOIN subscribers s ON s.id = ls.subscriber_id CROSS JOIN fanout_members m ON m.ordinal = s.ordinal
+  FROM leases ls CROSS JOIN fanout_members m ON m.ordinal = ls.ordinal
     CROSS JOIN events e INDEXED BY events_fanout ON e.fanout = m.fanout AND e.fanout <> 0 AND e.seq > ls.after_seq AND e.seq <= ls.through_seq
-  WHERE NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.seq = (e.seq << 20) | s.ordinal);
+  WHERE NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.seq = (e.seq << 20) | ls.ordinal);
 
 -- Every delivery, a row or not.
 CREATE VIEW all_deliveries AS

@@ -441,8 +441,15 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
 }
 
 // prunableSQL selects the finished deliveries last changed before ?1, through
-// deliveries_status_settled.
-const prunableSQL = `SELECT seq FROM deliveries WHERE status IN ('delivered', 'dead', 'superseded') AND ` + settledSQL + ` AND updated_at < ?1`
+// deliveries_status_settled, but those of an event in the range of a lease of their subscriber
+// (migration 0011): without its row, leased_deliveries would hold such a delivery leased again,
+// and its lease's rescue send it again. A delivery's seq holds its event and its subscriber's
+// ordinal, so the index tells, and leases are looked at only for an event past the oldest range:
+// retention's deliveries are older than any lease, nearly always.
+var prunableSQL = `SELECT seq FROM deliveries WHERE status IN ('delivered', 'dead', 'superseded') AND ` + settledSQL + ` AND updated_at < ?1
+	AND NOT (seq >> ` + fmt.Sprint(ordinalBits) + ` > coalesce((SELECT min(after_seq) FROM leases), 1 << 62) AND EXISTS (SELECT 1 FROM leases ls
+		WHERE ls.ordinal = seq & ` + fmt.Sprint(maxOrdinals-1) + ` AND seq >> ` + fmt.Sprint(ordinalBits) + ` > ls.after_seq
+			AND seq >> ` + fmt.Sprint(ordinalBits) + ` <= ls.through_seq))`
 
 // pruneChunk bounds one prune transaction, so other writers are not blocked for long.
 const pruneChunk = 2000

@@ -253,3 +253,32 @@ func TestRowsLeasedBeforeVersion11SettleAndExpire(t *testing.T) {
 		t.Fatalf("counts %v, want 3 delivered", c)
 	}
 }
+
+// TestPruneKeepsTheSettledRowsOfALiveRange: a delivery of a range that settled is a row, and
+// without it the lease would hold that delivery again (leased_deliveries). Prune, with a
+// retention shorter than the lease (a drain's --retention 1ms beside a serve), or once the lease
+// expired unrescued (nothing claimed for longer than the retention), must not delete that row
+// while its lease stands: its delivery would be sent again when the lease is rescued.
+func TestPruneKeepsTheSettledRowsOfALiveRange(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	emitN(t, s, "x", 2)
+	cs := claim(t, s, clk.Now(), 10).Deliveries
+	settle(t, s, clk.Now(), done(cs[0], ResultDelivered))
+	clk.Advance(time.Second)
+	if _, err := s.Prune(ctx, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	checkCounts(t, s) // the lease still counts one delivery
+	clk.Advance(2 * time.Minute)
+	if _, err := s.Prune(ctx, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	again := claim(t, s, clk.Now(), 10).Deliveries
+	if len(again) != 1 || again[0].Seq != cs[1].Seq {
+		t.Fatalf("claimed %d after the lease expired, want only the unsettled delivery", len(again))
+	}
+	settle(t, s, clk.Now(), done(again[0], ResultDelivered))
+}

@@ -456,11 +456,19 @@ const pruneChunk = 2000
 
 // prunableEventsSQL reads the next pruneChunk events older than ?1 past the key (?2, ?3) of
 // (created_at, seq), in that order through events_created, each with whether it can go: no
-// delivery needs it, a row or not. Leases are looked at only for an event past the oldest range:
-// retention's events are older than any lease, nearly always.
+// delivery needs it, a row or not. A delivery leased as part of a range (migration 0011) has no
+// row: the event stays while it is in the range of a lease of a subscriber of its fanout. Leases
+// are looked at only for an event past the oldest range (retention's events are older than any
+// lease, nearly always), and then each lease is read with one seek of the event's fanout (read
+// there: events_created stays a covering index for the walk), not
+// the view leased_deliveries: it walks every fanout of every lease's subscriber, and with the
+// range of a subscriber that lags more than the retention, it made prune's transactions hold the
+// write lock for seconds.
 var prunableEventsSQL = `SELECT seq, created_at, NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = e.seq)
 		AND NOT EXISTS (SELECT 1 FROM fanout_deliveries f WHERE f.event_seq = e.seq)
-		AND NOT (e.seq > coalesce((SELECT min(after_seq) FROM leases), 1 << 62) AND EXISTS (SELECT 1 FROM leased_deliveries f WHERE f.event_seq = e.seq))
+		AND NOT (e.seq > coalesce((SELECT min(after_seq) FROM leases), 1 << 62) AND EXISTS (SELECT 1 FROM events x CROSS JOIN leases ls
+			WHERE x.seq = e.seq AND x.seq > ls.after_seq AND x.seq <= ls.through_seq
+				AND EXISTS (SELECT 1 FROM fanout_members m WHERE m.fanout = x.fanout AND m.ordinal = ls.ordinal)))
 	FROM events e INDEXED BY events_created WHERE created_at < ?1 AND (created_at, seq) > (?2, ?3)
 	ORDER BY created_at, seq LIMIT ` + strconv.Itoa(pruneChunk)
 

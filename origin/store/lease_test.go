@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -281,4 +282,19 @@ func TestPruneKeepsTheSettledRowsOfALiveRange(t *testing.T) {
 		t.Fatalf("claimed %d after the lease expired, want only the unsettled delivery", len(again))
 	}
 	settle(t, s, clk.Now(), done(again[0], ResultDelivered))
+}
+
+// TestPruneLooksAtLeasesThroughTheEventsFanout pins the plan of prune's events: an event past the
+// oldest range is checked against each lease with one seek of its own fanout's members, not
+// through leased_deliveries, which walks every fanout of every lease's subscriber (with a range
+// of a subscriber lagging more than the retention, seconds of the write lock per chunk), and the
+// walk stays on its covering index.
+func TestPruneLooksAtLeasesThroughTheEventsFanout(t *testing.T) {
+	t.Parallel()
+	s, _ := open(t, Options{})
+	p := queryPlan(t, s, prunableEventsSQL, 1, 0, 0)
+	if strings.Contains(p, "fanout_members_ordinal") || !strings.Contains(p, "SEARCH e USING COVERING INDEX events_created") ||
+		!strings.Contains(p, "SEARCH m EXISTS USING PRIMARY KEY (fanout=? AND ordinal=?)") {
+		t.Errorf("prune's events plan %q, want the walk on events_created and one seek of fanout_members per lease", p)
+	}
 }

@@ -459,11 +459,10 @@ const pruneChunk = 2000
 // delivery needs it, a row or not. A delivery leased as part of a range (migration 0011) has no
 // row: the event stays while it is in the range of a lease of a subscriber of its fanout. Leases
 // are looked at only for an event past the oldest range (retention's events are older than any
-// lease, nearly always), and then each lease is read with one seek of the event's fanout (read
-// there: events_created stays a covering index for the walk), not
-// the view leased_deliveries: it walks every fanout of every lease's subscriber, and with the
-// range of a subscriber that lags more than the retention, it made prune's transactions hold the
-// write lock for seconds.
+// lease, nearly always), each with one seek of the event's fanout's members (the fanout read
+// there, so the walk stays on its covering index). Not through leased_deliveries: it walks every
+// fanout of every lease's subscriber, and with the range of a subscriber lagging more than the
+// retention, it made prune's transactions hold the write lock for seconds.
 var prunableEventsSQL = `SELECT seq, created_at, NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = e.seq)
 		AND NOT EXISTS (SELECT 1 FROM fanout_deliveries f WHERE f.event_seq = e.seq)
 		AND NOT (e.seq > coalesce((SELECT min(after_seq) FROM leases), 1 << 62) AND EXISTS (SELECT 1 FROM events x CROSS JOIN leases ls

@@ -43,6 +43,14 @@ func TestEmitStoresDataByteExact(t *testing.T) {
 		t.Fatalf("stored body %q, want the exact bytes %q", ev.Body, data)
 	}
 
+	// The data is the subscribers' body, not the API's: keys repeated or in other cases there are
+	// kept as sent, also when an escape in the type takes the request off the fast decoder.
+	odd := `{"a":1,"a":2,"A":{"b":[{"c":1,"c":2}]}}`
+	e.do("POST", "/v1/events", `{"id":"evt_odd","type":"video.tr\u0065nding","data":`+odd+`}`).want(t, http.StatusAccepted)
+	if ev, err := e.store.GetEvent(context.Background(), "evt_odd"); err != nil || string(ev.Body) != odd || ev.Type != "video.trending" {
+		t.Fatalf("stored %+v (%v), want the data %q as sent", ev, err, odd)
+	}
+
 	// Same id, same content: the original answer, nothing new written.
 	e.do("POST", "/v1/events", body).want(t, http.StatusAccepted).decode(t, &res)
 	if !res.Duplicate || res.Deliveries != 1 {
@@ -57,7 +65,7 @@ func TestEmitStoresDataByteExact(t *testing.T) {
 		t.Fatalf("emit without id = %+v", res)
 	}
 	var page api.DeliveryPage
-	e.do("GET", "/v1/deliveries?subscriber="+sub.ID, nil).want(t, http.StatusOK).decode(t, &page)
+	e.do("GET", "/v1/deliveries?subscriber="+sub.ID+"&event=evt_1", nil).want(t, http.StatusOK).decode(t, &page)
 	if len(page.Deliveries) != 1 || page.Deliveries[0].EventID != "evt_1" || page.Deliveries[0].Status != store.StatusPending {
 		t.Fatalf("deliveries = %+v", page.Deliveries)
 	}
@@ -132,6 +140,15 @@ func TestRequestErrors(t *testing.T) {
 		{"big limit", "GET", "/v1/deliveries?limit=1001", ``, nil, 422, api.CodeInvalid, "limit"},
 		{"bad from", "GET", "/v1/deliveries?from=monday", ``, nil, 422, api.CodeInvalid, "from"},
 		{"unknown param", "GET", "/v1/deliveries?colour=red", ``, nil, 400, api.CodeBadRequest, "colour"},
+		{"key in another case", "POST", "/v1/events", `{"type":"a.b","data":1,"Type":"c.d"}`, nil, 400, api.CodeBadRequest, "Type"},
+		{"key twice", "POST", "/v1/events", `{"type":"a.b","data":1,"type":"c.d"}`, nil, 400, api.CodeBadRequest, "type"},
+		{"batch key twice", "POST", "/v1/events/batch", `{"events":[{"type":"a","data":1},{"id":"x","type":"a","data":1,"id":"y"}]}`, nil, 400, api.CodeBadRequest, "events[1].id"},
+		{"url in capitals", "POST", "/v1/subscribers", `{"url":"https://x.example","events":["*"],"URL":"https://y.example"}`, nil, 400, api.CodeBadRequest, "URL"},
+		{"header twice", "POST", "/v1/subscribers", `{"url":"https://x.example","events":["*"],"headers":{"X-A":"1","X-A":"2"}}`, nil, 400, api.CodeBadRequest, "headers.X-A"},
+		{"nested unknown field", "POST", "/v1/subscribers", `{"url":"https://x.example","events":["*"],"coalesce":{"event_types":["*"],"key":"k","window_seconds":1,"x":1}}`, nil, 400, api.CodeBadRequest, "coalesce.x"},
+		{"patch key twice", "PATCH", "/v1/subscribers/nobody", `{"burst":5,"burst":50}`, nil, 400, api.CodeBadRequest, "burst"},
+		{"patch coalesce key twice", "PATCH", "/v1/subscribers/nobody", `{"coalesce":{"event_types":["*"],"key":"k","key":"j","window_seconds":1}}`, nil, 400, api.CodeBadRequest, "coalesce.key"},
+		{"replay key twice", "POST", "/v1/subscribers/nobody/replay", `{"from":"2020-01-01T00:00:00Z","from":"2021-01-01T00:00:00Z"}`, nil, 400, api.CodeBadRequest, "from"},
 		{"repeated param", "GET", "/v1/deliveries?limit=1&limit=5000", ``, nil, 400, api.CodeBadRequest, "limit"},
 		{"empty range", "GET", "/v1/deliveries?from=2030-01-01T00:00:00Z&to=2020-01-01T00:00:00Z", ``, nil, 422, api.CodeInvalid, "from"},
 		{"empty range, equal", "GET", "/v1/deliveries?from=2030-01-01T00:00:00Z&to=2030-01-01T00:00:00Z", ``, nil, 422, api.CodeInvalid, "from"},

@@ -421,6 +421,42 @@ func TestAReleasedProbeIsTakenAgainAtOnce(t *testing.T) {
 	}
 }
 
+// TestAThrottledProbeIsTakenAgainAfterThePause: a probe answered 429 or 503 with Retry-After
+// (or rescheduled by the edge) said nothing about the subscriber's health: the next probe goes
+// once the pause is over, not only once the first probe's lease would have ended.
+func TestAThrottledProbeIsTakenAgainAfterThePause(t *testing.T) {
+	t.Parallel()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	emitN(t, s, "x", 5)
+	for range 3 { // threshold 3: the circuit opens
+		c := claim(t, s, clk.Now(), 1).Deliveries[0]
+		settle(t, s, clk.Now(), Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: "a", Result: ResultRetry, NextAttemptAt: clk.Now(), Circuit: CircuitFailure})
+	}
+	clk.Advance(time.Minute) // the cool-down
+	for i, r := range []Result{ResultRetry, ResultReschedule} {
+		probe := claim(t, s, clk.Now(), 10).Deliveries
+		if len(probe) != 1 || !probe[0].Probe {
+			t.Fatalf("probe %d: want one probe, got %d", i, len(probe))
+		}
+		it := done(probe[0], r)
+		it.NextAttemptAt, it.PauseUntil = clk.Now().Add(2*time.Second), clk.Now().Add(2*time.Second)
+		if r == ResultReschedule { // the edge's coalescing: no pause
+			it.PauseUntil = time.Time{}
+		}
+		settle(t, s, clk.Now(), it)
+		if r == ResultRetry {
+			if res := claim(t, s, clk.Now(), 10); len(res.Deliveries) != 0 {
+				t.Fatalf("a probe went out during the Retry-After pause")
+			}
+		}
+		clk.Advance(3 * time.Second) // the pause is over; the probe's lease had 57 s to run
+	}
+	if again := claim(t, s, clk.Now(), 10).Deliveries; len(again) != 1 || !again[0].Probe {
+		t.Fatalf("after the pause want one probe again, got %d", len(again))
+	}
+}
+
 func TestGoneHoldsDeliveriesUntilResume(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -349,7 +349,7 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 			}
 		}
 		for _, it := range bySub[id] {
-			news = news || !it.PauseUntil.IsZero() || it.Circuit != CircuitNone || it.Result == ResultRelease
+			news = news || !it.PauseUntil.IsZero() || it.Circuit != CircuitNone || it.Result == ResultRelease || it.Result == ResultReschedule
 		}
 		if news {
 			ids = append(ids, id)
@@ -404,9 +404,11 @@ func (st limiterState) apply(items []*Settlement, now time.Time, policy CircuitP
 	for _, it := range items {
 		st.Paused = max(st.Paused, ms(it.PauseUntil))
 		// While the circuit probes, its probe is the subscriber's one delivery in flight (the
-		// claim takes it only with none). Released unsent, it told nothing: the next claim may
-		// probe again, not only once the released lease would have ended (circuit_until).
-		if it.Result == ResultRelease && st.Circuit == "probing" {
+		// claim takes it only with none). Settled with no news of the subscriber's health
+		// (released unsent, throttled with Retry-After, rescheduled by the edge), the next claim
+		// may probe again, once a pause allows, not only once the first probe's lease would have
+		// ended (circuit_until).
+		if it.Circuit == CircuitNone && st.Circuit == "probing" {
 			st.Until = min(st.Until, ms(now))
 		}
 		switch it.Circuit {

@@ -257,7 +257,7 @@ func (s *Store) rescueExpired(ctx context.Context, tx *sql.Tx, now int64) (super
 	if err := s.queryRow(ctx, tx, `SELECT EXISTS (SELECT 1 FROM deliveries WHERE `+expiredSQL+`)`, now).Scan(&expired); err != nil || !expired {
 		return 0, err
 	}
-	rows, err := s.query(ctx, tx, `UPDATE deliveries SET status = `+returnedStatus+`, lease_token = '', lease_expires_at = 0, updated_at = ?1
+	rows, err := s.query(ctx, tx, `UPDATE deliveries SET status = `+returnedStatus+`, reason = `+returnedReason+`, lease_token = '', lease_expires_at = 0, updated_at = ?1
 		WHERE `+expiredSQL+` RETURNING subscriber_id, status`, now)
 	if err != nil {
 		return 0, err

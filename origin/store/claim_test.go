@@ -457,6 +457,44 @@ func TestAThrottledProbeIsTakenAgainAfterThePause(t *testing.T) {
 	}
 }
 
+// TestHeldDeliveriesCarryTheDisableReason: every delivery held while its subscriber is disabled
+// carries the reason it was disabled with (types.go), whichever way it came to be held: the
+// disable itself, a settle returning it unsent, the rescue of its expired lease, a manual retry.
+func TestHeldDeliveriesCarryTheDisableReason(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	emitN(t, s, "x", 4)
+	cs := claim(t, s, clk.Now(), 3).Deliveries
+	dead := done(cs[2], ResultDead)
+	dead.Reason = ReasonMaxAttempts
+	settle(t, s, clk.Now(), dead)
+	if _, err := s.setState(ctx, "a", StateDisabled, "410 Gone"); err != nil {
+		t.Fatal(err)
+	}
+	retry := done(cs[0], ResultRetry)
+	retry.NextAttemptAt = clk.Now()
+	settle(t, s, clk.Now(), retry)
+	clk.Advance(2 * time.Minute) // cs[1]'s lease ends
+	claim(t, s, clk.Now(), 10)
+	if _, err := s.RetryDelivery(ctx, cs[2].DeliveryID, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	page, err := s.ListDeliveries(ctx, DeliveryFilter{SubscriberID: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range page.Deliveries {
+		if d.Status != StatusHeld || d.Reason != "410 Gone" {
+			t.Errorf("%s (event %s): %s %q, want held \"410 Gone\"", d.ID, d.EventID, d.Status, d.Reason)
+		}
+	}
+	if len(page.Deliveries) != 4 {
+		t.Fatalf("%d deliveries, want 4", len(page.Deliveries))
+	}
+}
+
 func TestGoneHoldsDeliveriesUntilResume(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

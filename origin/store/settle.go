@@ -211,9 +211,17 @@ func newSettleRow(it *Settlement) (settleRow, error) {
 // disabled, pending otherwise.
 const unsentStatus = `CASE WHEN (SELECT state FROM subscribers WHERE id = deliveries.subscriber_id) = 'disabled' THEN 'held' ELSE 'pending' END`
 
+// heldReason is the reason a delivery going back to the queue is held with: its subscriber's, if
+// disabled; NULL otherwise.
+const heldReason = `(SELECT state_reason FROM subscribers WHERE id = deliveries.subscriber_id AND state = 'disabled')`
+
 // returnedStatus is the status of a delivery in flight that comes back unsent: superseded if a
-// newer event with its coalesce key was emitted meanwhile (supersedeStored), else unsentStatus.
-const returnedStatus = `CASE WHEN deliveries.reason = '` + ReasonNewerEvent + `' THEN 'superseded' ELSE ` + unsentStatus + ` END`
+// newer event with its coalesce key was emitted meanwhile (supersedeStored), else unsentStatus;
+// returnedReason is its reason (a delivery in flight has none but that mark).
+const (
+	returnedStatus = `CASE WHEN deliveries.reason = '` + ReasonNewerEvent + `' THEN 'superseded' ELSE ` + unsentStatus + ` END`
+	returnedReason = `CASE WHEN deliveries.reason = '` + ReasonNewerEvent + `' THEN deliveries.reason ELSE coalesce(` + heldReason + `, '') END`
+)
 
 // settleDeliveries applies the batch where the lease token still matches, adds the moves out of
 // leased to c, and returns the new attempt count of each delivery settled. The unary + keeps the
@@ -288,7 +296,7 @@ var settleSQL = chunkSQL(9, func(values string) string {
 			status = CASE j.status WHEN 'unsent' THEN ` + returnedStatus + ` ELSE j.status END,
 			attempts = deliveries.attempts + j.inc,
 			next_attempt_at = CASE WHEN j.next > 0 THEN j.next ELSE deliveries.next_attempt_at END,
-			reason = CASE j.status WHEN 'dead' THEN j.reason WHEN 'delivered' THEN '' ELSE deliveries.reason END,
+			reason = CASE j.status WHEN 'dead' THEN j.reason WHEN 'delivered' THEN '' ELSE ` + returnedReason + ` END,
 			last_status = CASE WHEN j.keep_last = 1 THEN deliveries.last_status ELSE j.code END,
 			last_error = CASE WHEN j.keep_last = 1 THEN deliveries.last_error ELSE j.error END,
 			delivered_at = CASE WHEN j.status = 'delivered' THEN t.now ELSE deliveries.delivered_at END,

@@ -24,6 +24,9 @@ import (
 // EnvPrefix starts the name of every environment variable edgehook reads.
 const EnvPrefix = "EDGEHOOK_"
 
+// ConfigEnv names the config file when --config is not given.
+const ConfigEnv = EnvPrefix + "CONFIG"
+
 // annotation marks a flag as a setting that the environment and the config file may provide.
 // Command arguments such as `emit --type` are not settings and keep this mark off.
 const annotation = "edgehook.setting"
@@ -50,6 +53,22 @@ func IsSetting(f *pflag.Flag) bool {
 // EnvName returns the environment variable of a setting: "body-limit" → "EDGEHOOK_BODY_LIMIT".
 func EnvName(flag string) string {
 	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// UnknownEnv returns the EDGEHOOK_* variables of environ ("NAME=value" entries) that are not
+// ConfigEnv and name no setting (known reports whether a config file key is one). A misspelt
+// variable would otherwise be ignored without a word: EDGEHOOK_TOKENS for EDGEHOOK_TOKEN leaves
+// the API without authentication.
+func UnknownEnv(environ []string, known func(key string) bool) []string {
+	var unknown []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		key, ok := strings.CutPrefix(name, EnvPrefix)
+		if key = strings.ToLower(key); ok && name != ConfigEnv && (EnvName(key) != name || !known(key)) {
+			unknown = append(unknown, name)
+		}
+	}
+	return unknown
 }
 
 // FileKey returns the config file key of a setting: "body-limit" → "body_limit".

@@ -170,3 +170,13 @@ func TestByteSize(t *testing.T) {
 		t.Errorf("String = %q", s)
 	}
 }
+
+func TestUnknownEnv(t *testing.T) {
+	t.Parallel()
+	environ := []string{"PATH=/bin", "EDGEHOOK_LISTEN=127.0.0.1:1", "EDGEHOOK_CONFIG=f.json", "EDGEHOOK_TOKENS=x",
+		"EDGEHOOK_listen=y", "EDGEHOOK_BODY_LIMIT=1MiB", "EDGEHOOK_TYPE=z", "EDGEHOOK_=", "EDGEHOOK_BODY-LIMIT=2"}
+	got := strings.Join(UnknownEnv(environ, known), " ")
+	if want := "EDGEHOOK_TOKENS EDGEHOOK_listen EDGEHOOK_TYPE EDGEHOOK_ EDGEHOOK_BODY-LIMIT"; got != want {
+		t.Errorf("UnknownEnv = %s, want %s", got, want)
+	}
+}

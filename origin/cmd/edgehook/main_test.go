@@ -250,6 +250,14 @@ func TestSettingsPrecedence(t *testing.T) {
 	if out := c.ok("migrate", "--db", "flag.db"); out != "flag.db: schema up to date\n" {
 		t.Fatalf("flag: %q", out)
 	}
+	// A misspelt variable is not silently ignored; the known ones raise no warning.
+	if r := c.run("migrate"); r.code != 0 || r.stderr != "" {
+		t.Fatalf("known variables only: %+v", r)
+	}
+	c.env = append(c.env, "EDGEHOOK_TOKENS=t0ken")
+	if r := c.run("migrate"); r.code != 0 || !strings.Contains(r.stderr, "variable=EDGEHOOK_TOKENS") || strings.Count(r.stderr, "\n") != 1 {
+		t.Fatalf("misspelt variable: %+v", r)
+	}
 	for _, f := range []string{"file.db", "env.db", "flag.db"} {
 		if _, err := os.Stat(filepath.Join(c.dir, f)); err != nil {
 			t.Errorf("%s was not created: %v", f, err)

@@ -76,7 +76,7 @@ func init() {
 func loadSettings(cmd *cobra.Command, _ []string) error {
 	path := global.configPath
 	if !cmd.Flags().Changed("config") {
-		path = os.Getenv("EDGEHOOK_CONFIG")
+		path = os.Getenv(config.ConfigEnv)
 	}
 	var file config.File
 	if path != "" {
@@ -88,8 +88,12 @@ func loadSettings(cmd *cobra.Command, _ []string) error {
 	if err := config.Apply(cmd.Flags(), os.LookupEnv, file, path); err != nil {
 		return usageError{err}
 	}
-	if _, err := newLogger(io.Discard); err != nil {
+	log, err := newLogger(os.Stderr)
+	if err != nil {
 		return err
+	}
+	for _, name := range config.UnknownEnv(os.Environ(), knownSetting) {
+		log.Warn("this environment variable is no edgehook setting; ignored (misspelt?)", "variable", name)
 	}
 	return checkGlobal()
 }

@@ -159,6 +159,9 @@ func TestBadInput(t *testing.T) {
 	if err := os.WriteFile(badConfig, []byte(`{"listen":"127.0.0.1:1","colour":"red"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(badConfig+".notjson", []byte(`{"a":`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		env  []string
 		args []string
@@ -191,6 +194,7 @@ func TestBadInput(t *testing.T) {
 		{nil, []string{"emit", "--type", "a b", "--data", "1"}, 2, "--type"},
 		{nil, []string{"emit", "--type", "a.b", "--data", "{"}, 2, "--data"},
 		{nil, []string{"emit", "--type", "a.b", "--data-file", "missing.json"}, 2, "--data-file"},
+		{nil, []string{"emit", "--type", "a.b", "--data-file", badConfig + ".notjson"}, 2, "--data-file: is not valid JSON"},
 		{nil, []string{"subscribers", "add", "--url", "ftp://x", "--events", "*"}, 2, "--url"},
 		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "a..b"}, 2, "--events"},
 		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--rate", "-1"}, 2, "--rate"},

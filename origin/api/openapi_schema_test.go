@@ -49,6 +49,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		{body("/v1/subscribers/{id}/replay", "post", request...), api.ReplayRequest{}},
 		{body("/v1/subscribers/{id}/replay", "post", append([]any{"responses", "200"}, jsonBody...)...), api.ReplayResult{}},
 		{body("/v1/deliveries", "get", append([]any{"responses", "200"}, jsonBody...)...), api.DeliveryPage{}},
+		{body("/v1/subscribers", "get", append([]any{"responses", "200"}, jsonBody...)...), api.SubscriberList{}},
 	}
 	for _, c := range cases {
 		documented := properties(t, lookup(t, doc, c.keys...))

@@ -28,13 +28,7 @@ func (s *Server) listSubscribers(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := struct {
-		Subscribers []Subscriber `json:"subscribers"`
-	}{make([]Subscriber, len(subs))}
-	for i := range subs {
-		out.Subscribers[i] = NewSubscriber(subs[i])
-	}
-	return c.JSON(http.StatusOK, out)
+	return c.JSON(http.StatusOK, NewSubscriberList(subs))
 }
 
 func (s *Server) getSubscriber(c echo.Context) error {

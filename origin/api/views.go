@@ -38,6 +38,20 @@ type SecretInfo struct {
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 }
 
+// SubscriberList is the answer to GET /v1/subscribers.
+type SubscriberList struct {
+	Subscribers []Subscriber `json:"subscribers"`
+}
+
+// NewSubscriberList renders subs.
+func NewSubscriberList(subs []*store.Subscriber) SubscriberList {
+	v := SubscriberList{Subscribers: make([]Subscriber, len(subs))}
+	for i, s := range subs {
+		v.Subscribers[i] = NewSubscriber(s)
+	}
+	return v
+}
+
 // SubscriberWithSecret is the answer to create and rotate-secret: the only two places a secret is
 // ever shown.
 type SubscriberWithSecret struct {

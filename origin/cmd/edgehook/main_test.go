@@ -289,9 +289,9 @@ func TestSubscriberCommands(t *testing.T) {
 	if !strings.HasPrefix(table, "ID") || !strings.Contains(table, "shop") || !strings.Contains(table, "https://d.example/in") {
 		t.Fatalf("list table:\n%s", table)
 	}
-	var list []api.Subscriber
+	var list api.SubscriberList // the shape of GET /v1/subscribers
 	c.okJSON(&list, "subscribers", "list", "--json")
-	if len(list) != 2 {
+	if len(list.Subscribers) != 2 {
 		t.Fatalf("list --json = %+v", list)
 	}
 	for _, args := range [][]string{{"subscribers", "show", "shop"}, {"subscribers", "list", "--json"}, {"subscribers", "list"}} {

@@ -215,23 +215,20 @@ func init() {
 				if err != nil {
 					return err
 				}
-				views := make([]api.Subscriber, len(subs))
-				for i, s := range subs {
-					views[i] = api.NewSubscriber(s)
-				}
+				list := api.NewSubscriberList(subs)
 				if listJSON {
-					return printJSON(cmd.OutOrStdout(), views)
+					return printJSON(cmd.OutOrStdout(), list)
 				}
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tSTATE\tMODE\tEVENTS\tURL")
-				for _, s := range views {
+				for _, s := range list.Subscribers {
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.ID, s.State, s.Mode, strings.Join(s.Events, ","), s.URL)
 				}
 				return tw.Flush()
 			})
 		},
 	}
-	listCmd.Flags().BoolVar(&listJSON, "json", false, "print JSON instead of a table")
+	listCmd.Flags().BoolVar(&listJSON, "json", false, "print the JSON of GET /v1/subscribers instead of a table")
 
 	showCmd := idCommand("show ID", "Show one subscriber (never its secrets)", func(ctx context.Context, st *store.Store, id string) (any, error) {
 		sub, err := st.GetSubscriber(ctx, id)

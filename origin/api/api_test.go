@@ -21,6 +21,12 @@ func TestHealthAndReady(t *testing.T) {
 	e := newEnv(t)
 	e.do("GET", "/healthz", nil).want(t, http.StatusOK)
 	e.do("GET", "/readyz", nil).want(t, http.StatusOK)
+	// Monitors and load balancers often probe with HEAD: the same status, no body.
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if r := e.do("HEAD", path, nil).want(t, http.StatusOK); len(r.body) != 0 {
+			t.Errorf("HEAD %s answered a body %q", path, r.body)
+		}
+	}
 }
 
 func TestEmitStoresDataByteExact(t *testing.T) {

@@ -77,8 +77,11 @@ func New(o Options) (*Server, error) {
 	s.e.HTTPErrorHandler = s.errorHandler
 	s.e.Use(assignRequestID, s.accessLog(m), s.authenticate, s.limitBody)
 
+	// The probes also answer HEAD, which monitors and load balancers often send.
 	s.e.GET("/healthz", s.healthz)
+	s.e.HEAD("/healthz", s.healthz)
 	s.e.GET("/readyz", s.readyz)
+	s.e.HEAD("/readyz", s.readyz)
 	s.e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{Registry: o.Registry})))
 
 	v1 := s.e.Group("/v1")

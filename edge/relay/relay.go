@@ -340,8 +340,9 @@ var hopWord = load64(hopPrefix)
 const keyContentType = "content-type"
 
 // stripped reports whether a header (lower-case name) is never forwarded: hop headers (every
-// "edgehook-" header), transport headers the runtime sets itself, and headers the platform adds
-// about the origin's connection. It is asked for every header of every request, so it switches on
+// "edgehook-" header), transport headers the runtime sets itself, and headers the platform or a
+// proxy adds about the origin's connection (its address: CF-Connecting-IP, True-Client-IP,
+// X-Forwarded-For, X-Real-IP, Forwarded), which a subscriber has no business seeing. It is asked for every header of every request, so it switches on
 // the first byte before comparing anything: in the WASM builds a map lookup or a string comparison
 // costs several calls (BenchmarkGuestCalls).
 func stripped(k string) bool {
@@ -362,7 +363,9 @@ func stripped(k string) bool {
 	case 'p':
 		return k == "proxy-connection" || k == "proxy-authorization"
 	case 't':
-		return k == "te" || k == "trailer" || k == "transfer-encoding"
+		return k == "te" || k == "trailer" || k == "transfer-encoding" || k == "true-client-ip"
+	case 'f':
+		return k == "forwarded"
 	case 'u':
 		return k == "upgrade"
 	}

@@ -163,11 +163,15 @@ func TestForwardedHeaders(t *testing.T) {
 		"X-Forwarded-For": "192.0.2.1", "X-Real-IP": "192.0.2.1", "Edgehook-Unknown": "x", "X-Token": "from-origin",
 		"Keep-Alive": "timeout=5", "Proxy-Connection": "close", "Proxy-Authorization": "Basic x", "TE": "trailers",
 		"Trailer": "X", "Transfer-Encoding": "chunked", "Upgrade": "h2c",
+		// The origin's address as Cloudflare's True-Client-IP transform or an RFC 7239 proxy puts it.
+		"True-Client-IP": "192.0.2.1", "Forwarded": "for=192.0.2.1",
 		// Near misses of stripped names are forwarded.
 		"Hosts": "h", "Upgrade-Insecure-Requests": "1", "Tea": "t", "Content-Language": "en", "Edgehook": "e",
+		"True-Client": "t", "Forwarded-By": "f",
 	}))
 	want := map[string]string{"webhook-id": "evt_1", "content-type": "application/json", "x-vvv-signature": "sha256=ab", "x-token": "t",
-		"hosts": "h", "upgrade-insecure-requests": "1", "tea": "t", "content-language": "en", "edgehook": "e"}
+		"hosts": "h", "upgrade-insecure-requests": "1", "tea": "t", "content-language": "en", "edgehook": "e",
+		"true-client": "t", "forwarded-by": "f"}
 	if fmt.Sprint(got.Map()) != fmt.Sprint(want) || len(got) != len(want) {
 		t.Errorf("forwarded %v, want %v", got, want)
 	}

@@ -699,17 +699,14 @@ func TestLockedDatabase(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
 	c.ok("migrate")
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(c.dir, "edgehook.db"))
+	// Another process's write transaction: BEGIN IMMEDIATE takes the write lock at once.
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(c.dir, "edgehook.db")+"?_txlock=immediate")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	conn, err := db.Conn(context.Background())
+	tx, err := db.Begin()
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
 		t.Fatal(err)
 	}
 	r := c.run("--busy-timeout", "100ms", "emit", "--id", "locked", "--type", "a.b", "--data", "1")
@@ -717,7 +714,7 @@ func TestLockedDatabase(t *testing.T) {
 		!strings.Contains(line, "locked") || !strings.Contains(line, "--busy-timeout 100ms") {
 		t.Fatalf("emit on a locked database: exit %d, stderr %q; want exit 1 and one line naming --busy-timeout", r.code, r.stderr)
 	}
-	if _, err := conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
+	if err := tx.Rollback(); err != nil {
 		t.Fatal(err)
 	}
 	var again api.EmitResult

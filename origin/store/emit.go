@@ -225,19 +225,11 @@ func (s *Store) commitGroup(group []*emitReq) {
 		overflow, err = s.trimBacklogs(ctx, tx, p.pending)
 		return err
 	})
+	// Counted, and the engine woken, before the callers hear of the commit: one that then reads
+	// the counters sees its own, and one that then claims finds the wake-up taken with it.
 	if err == nil {
-		// Counted before the callers hear of the commit, so one that reads the counters then
-		// sees its own.
 		s.commits.Add(1)
 		s.counters.add(superseded, overflow)
-	}
-	for _, r := range group {
-		if err != nil {
-			r.results, r.err = nil, fmt.Errorf("emit: %w", err)
-		}
-		close(r.done)
-	}
-	if err == nil {
 		// Deliveries to paused subscribers cannot be claimed: waking the engine for them only put
 		// an empty claim transaction in the way of the next commit, once per commit.
 		if claimable > 0 {
@@ -246,6 +238,12 @@ func (s *Store) commitGroup(group []*emitReq) {
 			default:
 			}
 		}
+	}
+	for _, r := range group {
+		if err != nil {
+			r.results, r.err = nil, fmt.Errorf("emit: %w", err)
+		}
+		close(r.done)
 	}
 }
 

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
+	"log/slog"
 	"net/netip"
 	"time"
 
 	"github.com/edgehook/edgehook/origin/config"
 	"github.com/edgehook/edgehook/origin/engine"
+	"github.com/edgehook/edgehook/origin/store"
 	"github.com/edgehook/edgehook/shared/signature"
 	"github.com/edgehook/edgehook/shared/wire"
 	"github.com/spf13/pflag"
@@ -99,4 +102,27 @@ func (f *engineFlags) config() (engine.Config, error) {
 	}
 	c.Version = Version()
 	return c, nil
+}
+
+// warnNoEdge logs the active subscribers in edge mode when no --edge-url is set: the engine
+// cannot build their requests, so each attempt fails and their deliveries end dead.
+func warnNoEdge(ctx context.Context, st *store.Store, cfg engine.Config, log *slog.Logger) error {
+	if cfg.EdgeURL != "" {
+		return nil
+	}
+	subs, err := st.ListSubscribers(ctx)
+	if err != nil {
+		return err
+	}
+	var ids []string
+	for _, s := range subs {
+		if s.Mode == store.ModeEdge && s.State == store.StateActive {
+			ids = append(ids, s.ID)
+		}
+	}
+	if len(ids) > 0 {
+		log.Warn("subscribers in edge mode but no --edge-url (EDGEHOOK_EDGE_URL): their deliveries fail until it is set",
+			"subscribers", ids)
+	}
+	return nil
 }

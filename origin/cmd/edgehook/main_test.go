@@ -356,6 +356,17 @@ func TestSubscriberCommands(t *testing.T) {
 		t.Fatalf("export-kv --all: %d entries, %v", len(all), err)
 	}
 
+	// A drain (or serve) without --edge-url says that the edge-mode subscriber's deliveries
+	// cannot be sent, instead of letting them fail quietly until they are dead.
+	warning := regexp.MustCompile(`"level":"WARN","msg":"[^"]*--edge-url[^"]*","subscribers":\["shop"\]`)
+	if r := c.run("drain", "--until-idle", "--log-format", "json"); r.code != 0 || !warning.MatchString(r.stderr) {
+		t.Fatalf("drain without --edge-url: %+v", r)
+	}
+	if r := c.run("drain", "--until-idle", "--log-format", "json", "--edge-url", "https://edge.example",
+		"--edge-secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"); r.code != 0 || strings.Contains(r.stderr, "WARN") {
+		t.Fatalf("drain with --edge-url: %+v", r)
+	}
+
 	if r := c.ok("subscribers", "remove", "direct"); !strings.Contains(r, `"removed": "direct"`) {
 		t.Fatalf("remove printed %q", r)
 	}

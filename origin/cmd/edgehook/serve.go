@@ -111,6 +111,9 @@ func runServe(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	defer st.Close()
+	if err := warnNoEdge(ctx, st, engCfg, log); err != nil {
+		return err
+	}
 
 	reg := newRegistry()
 	eng, err := engine.New(st, engCfg, log, reg)

@@ -134,6 +134,10 @@ func TestVersionAndHelp(t *testing.T) {
 	if out := c.ok("version"); !strings.HasPrefix(out, "edgehook ") {
 		t.Fatalf("version printed %q", out)
 	}
+	broken := &cli{t: t, dir: c.dir, env: []string{"EDGEHOOK_CONFIG=missing.json", "EDGEHOOK_LOG_LEVEL=loud"}}
+	if out := broken.ok("version"); !strings.HasPrefix(out, "edgehook ") {
+		t.Fatalf("version with broken settings printed %q", out)
+	}
 	commands := [][]string{{}, {"serve"}, {"drain"}, {"emit"}, {"migrate"}, {"version"},
 		{"subscribers"}, {"subscribers", "add"}, {"subscribers", "list"}, {"subscribers", "show"}, {"subscribers", "update"},
 		{"subscribers", "pause"}, {"subscribers", "resume"}, {"subscribers", "rotate-secret"}, {"subscribers", "remove"},

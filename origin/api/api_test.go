@@ -155,6 +155,12 @@ func TestRequestErrors(t *testing.T) {
 		{"patch key twice", "PATCH", "/v1/subscribers/nobody", `{"burst":5,"burst":50}`, nil, 400, api.CodeBadRequest, "burst"},
 		{"patch coalesce key twice", "PATCH", "/v1/subscribers/nobody", `{"coalesce":{"event_types":["*"],"key":"k","key":"j","window_seconds":1}}`, nil, 400, api.CodeBadRequest, "coalesce.key"},
 		{"replay key twice", "POST", "/v1/subscribers/nobody/replay", `{"from":"2020-01-01T00:00:00Z","from":"2021-01-01T00:00:00Z"}`, nil, 400, api.CodeBadRequest, "from"},
+		{"no route, with a query", "GET", "/v1/nope?x=1", ``, nil, 404, api.CodeNotFound, ""},
+		{"wrong method, with a query", "PUT", "/v1/deliveries?x=1", ``, nil, 405, api.CodeMethodNotAllowed, ""},
+		{"filter the route lacks", "GET", "/v1/subscribers?state=paused", ``, nil, 400, api.CodeBadRequest, "state"},
+		{"param on stats", "GET", "/v1/stats?subscriber=x", ``, nil, 400, api.CodeBadRequest, "subscriber"},
+		{"param on emit", "POST", "/v1/events?type=a.b", `{"type":"a","data":1}`, nil, 400, api.CodeBadRequest, "type"},
+		{"repeated pretty", "GET", "/v1/stats?pretty&pretty", ``, nil, 400, api.CodeBadRequest, "pretty"},
 		{"repeated param", "GET", "/v1/deliveries?limit=1&limit=5000", ``, nil, 400, api.CodeBadRequest, "limit"},
 		{"empty range", "GET", "/v1/deliveries?from=2030-01-01T00:00:00Z&to=2020-01-01T00:00:00Z", ``, nil, 422, api.CodeInvalid, "from"},
 		{"empty range, equal", "GET", "/v1/deliveries?from=2030-01-01T00:00:00Z&to=2030-01-01T00:00:00Z", ``, nil, 422, api.CodeInvalid, "from"},
@@ -169,6 +175,17 @@ func TestRequestErrors(t *testing.T) {
 			e.t = t
 			e.do(c.method, c.path, body, c.hdr...).wantError(t, c.status, c.code, c.field)
 		})
+	}
+}
+
+// TestPrettyEverywhere: ?pretty, which indents the JSON, goes with every route.
+func TestPrettyEverywhere(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, path := range []string{"/v1/stats?pretty", "/v1/subscribers?pretty", "/v1/deliveries?limit=5&pretty"} {
+		if r := e.do("GET", path, nil).want(t, http.StatusOK); !bytes.Contains(r.body, []byte("\n  ")) {
+			t.Errorf("GET %s answered %q, not indented", path, r.body)
+		}
 	}
 }
 

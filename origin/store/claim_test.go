@@ -740,6 +740,33 @@ func TestABucketRefillsAfterTheClockWentBack(t *testing.T) {
 	}
 }
 
+// TestRoundRobinGoesOnAfterTheClockWentBack: claims serve the subscribers least recently claimed
+// first. With the clock set back, the ones claimed since would always come before those whose
+// last claim was before, which would then get nothing from claims smaller than their number
+// until the clock caught up.
+func TestRoundRobinGoesOnAfterTheClockWentBack(t *testing.T) {
+	t.Parallel()
+	s, clk := open(t, Options{})
+	for _, id := range []string{"a", "b", "c"} {
+		mustSub(t, s, SubscriberInput{ID: id, RatePerSec: MaxRatePerSec, Burst: MaxBurst, MaxInFlight: 100})
+	}
+	emitN(t, s, "x", 10)
+	if got := bySub(claim(t, s, clk.Now(), 3)); len(got) != 3 {
+		t.Fatalf("claimed %v, want one each", got)
+	}
+	clk.Advance(-time.Hour)
+	served := map[string]int{}
+	for range 3 {
+		clk.Advance(time.Second)
+		for id, n := range bySub(claim(t, s, clk.Now(), 1)) {
+			served[id] += n
+		}
+	}
+	if len(served) != 3 {
+		t.Fatalf("three claims of one after the clock went back served %v, want each subscriber once", served)
+	}
+}
+
 // TestSubscriberCacheSurvivesARollback: a transaction that changes a subscriber and loads emit's
 // cache of subscribers (a settle's 410 disable, then its claim) may roll back; the next change
 // committed must still reach emit.

@@ -8,11 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/edgehook/edgehook/edge/relay"
 	"github.com/edgehook/edgehook/edge/relay/memkv"
 	"github.com/edgehook/edgehook/shared/signature"
 	"github.com/edgehook/edgehook/shared/wire"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var now = time.Unix(1_800_000_000, 0)
 
@@ -130,6 +134,34 @@ func TestKVReadFailureIsRetryable(t *testing.T) {
 				t.Errorf("detail %q does not carry the KV error", resp.Detail)
 			}
 		})
+	}
+}
+
+// TestConcurrentDuplicatesAreBothForwarded pins docs/PROTOCOL.md §6: the d: mark is no lock, so
+// two requests of one delivery in flight at once both reach the subscriber; the next is a duplicate.
+func TestConcurrentDuplicatesAreBothForwarded(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, plainRecord)
+	arrived, release := make(chan struct{}, 2), make(chan struct{})
+	r := f.relay(t, f.subs, f.dedup, upstreamFunc(func(req *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
+		arrived <- struct{}{}
+		<-release
+		return ok200(req)
+	}))
+	answers := make(chan *relay.Response, 2)
+	for range 2 {
+		go func() { answers <- r.Handle(context.Background(), f.request("", nil)) }()
+	}
+	<-arrived
+	<-arrived // both are at the subscriber before either is answered
+	close(release)
+	for range 2 {
+		if resp := <-answers; resp.Header.Get(wire.HeaderOutcome) != string(wire.OutcomeForwarded) {
+			t.Errorf("outcome %q, want forwarded", resp.Header.Get(wire.HeaderOutcome))
+		}
+	}
+	if resp := r.Handle(context.Background(), f.request("", nil)); resp.Header.Get(wire.HeaderOutcome) != string(wire.OutcomeDuplicate) {
+		t.Errorf("the next request: outcome %q, want duplicate", resp.Header.Get(wire.HeaderOutcome))
 	}
 }
 

@@ -318,6 +318,14 @@ func TestSubscriberCommands(t *testing.T) {
 	if c.okJSON(&unchanged, "subscribers", "show", "shop"); unchanged.RatePerSec != 50 {
 		t.Fatalf("a refused update changed the rate: %+v", unchanged)
 	}
+	var unheaded api.Subscriber
+	if c.okJSON(&unheaded, "subscribers", "update", "shop", "--no-headers"); len(unheaded.Headers) != 0 || unheaded.RatePerSec != 50 {
+		t.Fatalf("--no-headers = %+v", unheaded)
+	}
+	if r := c.run("subscribers", "update", "shop", "--no-headers", "--header", "X-A: 1"); r.code != 2 || !strings.Contains(r.stderr, "--no-headers") {
+		t.Fatalf("--no-headers with --header: %+v", r)
+	}
+	c.ok("subscribers", "update", "shop", "--header", "X-Team: growth") // as before, for export-kv below
 	var uncoalesced api.Subscriber
 	c.okJSON(&uncoalesced, "subscribers", "update", "shop", "--no-coalesce")
 	if uncoalesced.Coalesce != nil || uncoalesced.RatePerSec != 50 {

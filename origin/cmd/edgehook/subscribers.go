@@ -23,7 +23,7 @@ type subscriberFlags struct {
 	timeout                              time.Duration
 	coalesceKey                          string
 	coalesceWindow                       time.Duration
-	noCoalesce                           bool
+	noCoalesce, noHeaders                bool
 }
 
 func (f *subscriberFlags) register(fs *pflag.FlagSet, creating bool) {
@@ -39,12 +39,17 @@ func (f *subscriberFlags) register(fs *pflag.FlagSet, creating bool) {
 	fs.IntVar(&f.burst, "burst", 0, fmt.Sprintf("token bucket size (default %d)", store.DefaultBurst))
 	fs.IntVar(&f.maxInFlight, "max-in-flight", 0, fmt.Sprintf("concurrent deliveries at most (default %d)", store.DefaultMaxInFlight))
 	fs.DurationVar(&f.timeout, "timeout", 0, fmt.Sprintf("per-request timeout (default %s)", wire.DefaultTimeout))
-	fs.StringArrayVar(&f.headers, "header", nil, `extra request header "Name: value" (repeatable)`)
+	headerUsage := `extra request header "Name: value" (repeatable)`
+	if !creating {
+		headerUsage = `extra request headers "Name: value" (repeatable); they replace all the subscriber's extra headers`
+	}
+	fs.StringArrayVar(&f.headers, "header", nil, headerUsage)
 	fs.StringSliceVar(&f.coalesceTypes, "coalesce-types", nil, "event patterns whose deliveries coalesce (latest wins)")
 	fs.StringVar(&f.coalesceKey, "coalesce-key", "", "payload field whose value is the coalesce key, e.g. video_id")
 	fs.DurationVar(&f.coalesceWindow, "coalesce-window", 0, "at most one forward per key per window at the edge, e.g. 30s")
 	if !creating {
 		fs.BoolVar(&f.noCoalesce, "no-coalesce", false, "remove coalescing")
+		fs.BoolVar(&f.noHeaders, "no-headers", false, "remove the extra request headers")
 	}
 }
 
@@ -155,7 +160,13 @@ func (f *subscriberFlags) patch(fs *pflag.FlagSet) (store.SubscriberPatch, error
 		ms := f.timeout.Milliseconds()
 		p.TimeoutMS = &ms
 	}
-	if set("header") {
+	switch {
+	case f.noHeaders && set("header"):
+		return p, usagef("--no-headers conflicts with --header")
+	case f.noHeaders:
+		none := map[string]string{}
+		p.Headers = &none
+	case set("header"):
 		h, err := f.parsedHeaders()
 		if err != nil {
 			return p, err

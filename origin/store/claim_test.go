@@ -642,6 +642,7 @@ func TestDueQueriesUseIndexes(t *testing.T) {
 		{claimRetriesSQL(2), []any{"t", 1, 1, "a", 1, 10, "b", 1, 10}, "deliveries_due_retry"},
 		{supersedeSQL, []any{1, `[["a","k"]]`}, "deliveries_coalesce"},
 		{markInFlightSQL, []any{ReasonNewerEvent, `[["a","k"]]`}, "deliveries_leased"},
+		{supersedeHeldSQL, []any{1, `[["a","k"]]`}, "deliveries_sub_settled"},
 		{`SELECT 1 FROM deliveries WHERE ` + expiredSQL, []any{1}, "deliveries_leased"},
 		{prunableSQL, []any{1}, "deliveries_status_settled"},
 		{prunableEventsSQL, []any{1, 0, 0}, "events_created"},

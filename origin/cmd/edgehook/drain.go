@@ -39,7 +39,7 @@ in the database, so a drain may run beside serve or another drain on the same fi
 			if err != nil {
 				return err
 			}
-			st, err := openStore(cmd.Context())
+			st, err := openWritableStore(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -63,9 +63,10 @@ type result struct {
 
 // cli runs the binary in its own working directory with a clean environment.
 type cli struct {
-	t   *testing.T
-	dir string
-	env []string
+	t        *testing.T
+	dir      string
+	env      []string
+	asNobody bool // run as the user nobody (the test runs as root)
 }
 
 func newCLI(t *testing.T) *cli {
@@ -81,6 +82,9 @@ func (c *cli) command(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = c.dir
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + c.dir}, c.env...)
+	if c.asNobody {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	}
 	return cmd
 }
 
@@ -743,5 +747,46 @@ func TestLockedDatabase(t *testing.T) {
 	var again api.EmitResult
 	if c.okJSON(&again, "emit", "--id", "locked", "--type", "a.b", "--data", "1"); again.Duplicate {
 		t.Fatal("the refused event was written")
+	}
+}
+
+// TestReadOnlyDatabase: serve and drain, which must write the file, refuse at once a database
+// this process may only read, with exit 1 and one line saying so; the data commands that only
+// read it still work. As root, which file modes do not stop, the commands run as nobody.
+func TestReadOnlyDatabase(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	c.ok("migrate")
+	db := filepath.Join(c.dir, "edgehook.db")
+	if os.Geteuid() == 0 {
+		// nobody must reach the binary and the directory (for the WAL's files), not write the file.
+		for _, dir := range []string{filepath.Dir(bin), filepath.Dir(c.dir)} {
+			if err := os.Chmod(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Chmod(c.dir, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		c.asNobody = true
+	} else if err := os.Chmod(db, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"drain", "--for", "5s"}, {"serve", "--listen", "127.0.0.1:0"}} {
+		// Bounded, so that a serve which starts anyway fails the test rather than holding it.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		var stderr bytes.Buffer
+		cmd := c.command(ctx, args...)
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		timedOut := ctx.Err() != nil
+		cancel()
+		line := strings.TrimSuffix(stderr.String(), "\n")
+		if ee, ok := err.(*exec.ExitError); timedOut || !ok || ee.ExitCode() != 1 || strings.Contains(line, "\n") || !strings.Contains(line, "may not write it") {
+			t.Errorf("%s on a read-only database: %v, stderr %q; want exit 1 at once and one line saying it", args[0], err, stderr.String())
+		}
+	}
+	if r := c.run("subscribers", "list"); r.code != 0 {
+		t.Errorf("subscribers list on a read-only database: %+v", r)
 	}
 }

@@ -127,6 +127,25 @@ func openStore(ctx context.Context) (*store.Store, error) {
 	return st, nil
 }
 
+// sqliteReadOnly is SQLite's primary result code for a write to a database opened read-only.
+const sqliteReadOnly = 8
+
+// openWritableStore opens the database for serve and drain, which must write it: a file this
+// process may only read is an error at once, instead of a claim failure logged at every poll.
+// A lock held by another process is not: it passes.
+func openWritableStore(ctx context.Context) (*store.Store, error) {
+	st, err := openStore(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var coded interface{ Code() int }
+	if err := st.Ping(ctx); errors.As(err, &coded) && coded.Code()&0xff == sqliteReadOnly {
+		st.Close()
+		return nil, fmt.Errorf("open database %s: this process may not write it (file or directory permissions?): %w", global.db, err)
+	}
+	return st, nil
+}
+
 // withStore runs fn on the open database and closes it.
 func withStore(cmd *cobra.Command, fn func(ctx context.Context, st *store.Store) error) error {
 	ctx := cmd.Context()

@@ -106,7 +106,7 @@ func runServe(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	ctx := cmd.Context()
-	st, err := openStore(ctx)
+	st, err := openWritableStore(ctx)
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,10 @@ type engineFlags struct {
 	allowNetworks []string
 }
 
+// minPollInterval bounds how often an idle engine polls: at 1ns it kept a core busy, at 10ms
+// it takes a few percent of one.
+const minPollInterval = 10 * time.Millisecond
+
 var engineSettings = []string{"workers", "batch-size", "poll-interval", "lease-duration", "max-attempts", "max-age",
 	"backoff-base", "backoff-cap", "retry-after-cap", "circuit-threshold", "circuit-cooldown", "retention",
 	"edge-url", "edge-secret", "allow-network", "shutdown-grace"}
@@ -70,6 +74,8 @@ func (f *engineFlags) config() (engine.Config, error) {
 		}
 	}
 	switch {
+	case c.PollInterval < minPollInterval:
+		return c, usagef("--poll-interval: %s is below %s (an idle engine would spin on the database)", c.PollInterval, minPollInterval)
 	case c.LeaseDuration < time.Second:
 		return c, usagef("--lease-duration: %s is below 1s", c.LeaseDuration)
 	case c.BackoffCap < c.BackoffBase:

@@ -189,6 +189,8 @@ func TestBadInput(t *testing.T) {
 		{nil, []string{"serve", "--edge-url", "ftp://edge.example", "--edge-secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, 2, "--edge-url"},
 		{nil, []string{"drain", "--edge-url", "edge.example", "--edge-secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, 2, "--edge-url"},
 		{nil, []string{"drain", "--retry-after-cap", "1000h"}, 2, "--retry-after-cap"},
+		{nil, []string{"drain", "--poll-interval", "1ns"}, 2, "--poll-interval"},
+		{nil, []string{"serve", "--poll-interval", "5ms"}, 2, "--poll-interval"},
 		{nil, []string{"serve", "--listen", "127.0.0.1:99999"}, 2, "--listen"},
 		{nil, []string{"serve", "--edge-url", "https://edge.example", "--edge-secret", "nope"}, 2, "--edge-secret"},
 		{nil, []string{"serve", "--body-limit", "lots"}, 2, "--body-limit"},

@@ -138,7 +138,8 @@ func TestKVReadFailureIsRetryable(t *testing.T) {
 }
 
 // TestConcurrentDuplicatesAreBothForwarded pins docs/PROTOCOL.md §6: the d: mark is no lock, so
-// two requests of one delivery in flight at once both reach the subscriber; the next is a duplicate.
+// two requests of one delivery in flight at once both reach the subscriber; the next is a
+// duplicate.
 func TestConcurrentDuplicatesAreBothForwarded(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, plainRecord)
@@ -196,14 +197,14 @@ func TestForwardedHeaders(t *testing.T) {
 		"Keep-Alive": "timeout=5", "Proxy-Connection": "close", "Proxy-Authorization": "Basic x", "TE": "trailers",
 		"Trailer": "X", "Transfer-Encoding": "chunked", "Upgrade": "h2c",
 		// The origin's address as Cloudflare's True-Client-IP transform or an RFC 7239 proxy puts it.
-		"True-Client-IP": "192.0.2.1", "Forwarded": "for=192.0.2.1",
+		"True-Client-IP": "192.0.2.1", "Forwarded": "for=192.0.2.1", "Accept-Encoding": "gzip",
 		// Near misses of stripped names are forwarded.
 		"Hosts": "h", "Upgrade-Insecure-Requests": "1", "Tea": "t", "Content-Language": "en", "Edgehook": "e",
-		"True-Client": "t", "Forwarded-By": "f",
+		"True-Client": "t", "Forwarded-By": "f", "Accept": "*/*",
 	}))
 	want := map[string]string{"webhook-id": "evt_1", "content-type": "application/json", "x-vvv-signature": "sha256=ab", "x-token": "t",
 		"hosts": "h", "upgrade-insecure-requests": "1", "tea": "t", "content-language": "en", "edgehook": "e",
-		"true-client": "t", "forwarded-by": "f"}
+		"true-client": "t", "forwarded-by": "f", "accept": "*/*"}
 	if fmt.Sprint(got.Map()) != fmt.Sprint(want) || len(got) != len(want) {
 		t.Errorf("forwarded %v, want %v", got, want)
 	}

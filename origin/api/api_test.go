@@ -277,9 +277,15 @@ func TestSubscriberLifecycle(t *testing.T) {
 	e.do("PATCH", "/v1/subscribers/nobody", `{"burst":1}`).wantError(t, http.StatusNotFound, api.CodeNotFound, "")
 
 	e.do("POST", "/v1/subscribers/shop/pause", nil).want(t, http.StatusOK).decode(t, &sub)
-	if sub.State != store.StatePaused {
+	if sub.State != store.StatePaused || sub.StateReason != api.DefaultPauseReason {
 		t.Fatalf("paused = %+v", sub)
 	}
+	e.do("POST", "/v1/subscribers/shop/pause", `{"reason":"receiver migrating, back at 14:00"}`).want(t, http.StatusOK).decode(t, &sub)
+	if sub.StateReason != "receiver migrating, back at 14:00" {
+		t.Fatalf("paused with a reason = %+v", sub)
+	}
+	e.do("POST", "/v1/subscribers/shop/pause", `{"reason":"two\nlines"}`).wantError(t, http.StatusUnprocessableEntity, api.CodeInvalid, "reason")
+	e.do("POST", "/v1/subscribers/shop/pause", `{"why":"x"}`).wantError(t, http.StatusBadRequest, api.CodeBadRequest, "why")
 	e.do("POST", "/v1/subscribers/shop/resume", nil).want(t, http.StatusOK).decode(t, &sub)
 	if sub.State != store.StateActive {
 		t.Fatalf("resumed = %+v", sub)

@@ -45,6 +45,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		{schema("Stats", "properties", "subscribers", "items"), api.SubscriberStats{}},
 		{body("/v1/events/batch", "post", request...), api.BatchRequest{}},
 		{body("/v1/events/batch", "post", append([]any{"responses", "202"}, jsonBody...)...), api.BatchResult{}},
+		{body("/v1/subscribers/{id}/pause", "post", request...), api.PauseRequest{}},
 		{body("/v1/subscribers/{id}/rotate-secret", "post", request...), api.RotateRequest{}},
 		{body("/v1/subscribers/{id}/replay", "post", request...), api.ReplayRequest{}},
 		{body("/v1/subscribers/{id}/replay", "post", append([]any{"responses", "200"}, jsonBody...)...), api.ReplayResult{}},

@@ -62,8 +62,17 @@ func (s *Server) deleteSubscriber(c echo.Context) error {
 	return c.NoContent(http.StatusNoContent)
 }
 
+// pauseSubscriber handles POST /v1/subscribers/{id}/pause with an optional body.
 func (s *Server) pauseSubscriber(c echo.Context) error {
-	sub, err := s.store.PauseSubscriber(c.Request().Context(), c.Param("id"), "paused by an operator")
+	var req PauseRequest
+	if err := decodeOptionalJSON(c, &req); err != nil {
+		return err
+	}
+	reason, err := PauseReason(req.Reason)
+	if err != nil {
+		return invalid("reason", err)
+	}
+	sub, err := s.store.PauseSubscriber(c.Request().Context(), c.Param("id"), reason)
 	if err != nil {
 		return err
 	}

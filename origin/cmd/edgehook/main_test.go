@@ -337,9 +337,12 @@ func TestSubscriberCommands(t *testing.T) {
 	if uncoalesced.Coalesce != nil || uncoalesced.RatePerSec != 50 {
 		t.Fatalf("--no-coalesce = %+v", uncoalesced)
 	}
-	c.okJSON(&sub, "subscribers", "pause", "shop")
-	if sub.State != "paused" {
+	c.okJSON(&sub, "subscribers", "pause", "shop", "--reason", "receiver migrating")
+	if sub.State != "paused" || sub.StateReason != "receiver migrating" {
 		t.Fatalf("paused = %+v", sub)
+	}
+	if r := c.run("subscribers", "pause", "shop", "--reason", "a\x07b"); r.code != 2 || !strings.Contains(r.stderr, "--reason") {
+		t.Fatalf("pause --reason with a control character: %+v", r)
 	}
 	c.okJSON(&sub, "subscribers", "resume", "shop")
 	if sub.State != "active" {

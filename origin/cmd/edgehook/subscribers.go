@@ -271,13 +271,19 @@ func init() {
 	}
 	upd.register(updateCmd.Flags(), false)
 
+	var pauseReason string
 	pauseCmd := idCommand("pause ID", "Stop sending to a subscriber; its deliveries keep queueing", func(ctx context.Context, st *store.Store, id string) (any, error) {
-		sub, err := st.PauseSubscriber(ctx, id, "paused by an operator")
+		reason, err := api.PauseReason(pauseReason)
+		if err != nil {
+			return nil, usagef("--reason: %v", err)
+		}
+		sub, err := st.PauseSubscriber(ctx, id, reason)
 		if err != nil {
 			return nil, err
 		}
 		return api.NewSubscriber(sub), nil
 	})
+	pauseCmd.Flags().StringVar(&pauseReason, "reason", "", "why, shown as the subscriber's state_reason (default \""+api.DefaultPauseReason+"\")")
 	resumeCmd := idCommand("resume ID", "Send to a paused or disabled subscriber again", func(ctx context.Context, st *store.Store, id string) (any, error) {
 		sub, err := st.ResumeSubscriber(ctx, id)
 		if err != nil {

@@ -57,6 +57,18 @@ func TestEmitStoresDataByteExact(t *testing.T) {
 		t.Fatalf("stored %+v (%v), want the data %q as sent", ev, err, odd)
 	}
 
+	// GET /v1/events/{id}: the event, its data as JSON (the JSON encoder compacts it).
+	var got api.Event
+	e.do("GET", "/v1/events/evt_1", nil).want(t, http.StatusOK).decode(t, &got)
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, []byte(data)); err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != "evt_1" || got.Type != "video.trending" || string(got.Data) != compact.String() || got.CreatedAt.IsZero() {
+		t.Fatalf("GET /v1/events/evt_1 = %+v, data %s", got, got.Data)
+	}
+	e.do("GET", "/v1/events/nope", nil).wantError(t, http.StatusNotFound, api.CodeNotFound, "")
+
 	// Same id, same content: the original answer, nothing new written.
 	e.do("POST", "/v1/events", body).want(t, http.StatusAccepted).decode(t, &res)
 	if !res.Duplicate || res.Deliveries != 1 {

@@ -34,6 +34,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		{schema("Error"), api.Error{}},
 		{schema("EventRequest"), api.EventRequest{}},
 		{schema("EmitResult"), api.EmitResult{}},
+		{schema("Event"), api.Event{}},
 		{schema("CoalesceRule"), wire.CoalesceRule{}},
 		{schema("SubscriberRequest"), api.SubscriberRequest{}},
 		{schema("SubscriberUpdate"), api.SubscriberUpdate{}},

@@ -89,6 +89,7 @@ func New(o Options) (*Server, error) {
 	v1 := s.e.Group("/v1")
 	v1.POST("/events", s.emit, checkQuery)
 	v1.POST("/events/batch", s.emitBatch, checkQuery)
+	v1.GET("/events/:id", s.getEvent, checkQuery)
 	v1.GET("/stats", s.stats, checkQuery)
 
 	v1.POST("/subscribers", s.createSubscriber, checkQuery, s.wakeEngine)

@@ -146,7 +146,7 @@ func TestVersionAndHelp(t *testing.T) {
 		{"subscribers"}, {"subscribers", "add"}, {"subscribers", "list"}, {"subscribers", "show"}, {"subscribers", "update"},
 		{"subscribers", "pause"}, {"subscribers", "resume"}, {"subscribers", "rotate-secret"}, {"subscribers", "remove"},
 		{"deliveries"}, {"deliveries", "list"}, {"deliveries", "show"}, {"deliveries", "retry"},
-		{"dead"}, {"dead", "list"}, {"dead", "replay"}, {"stats"}, {"edge"}, {"edge", "export-kv"}}
+		{"dead"}, {"dead", "list"}, {"dead", "replay"}, {"events"}, {"events", "show"}, {"stats"}, {"edge"}, {"edge", "export-kv"}}
 	for _, args := range commands {
 		out := c.ok(append(args, "--help")...)
 		if !strings.Contains(out, "Usage:") {
@@ -468,6 +468,17 @@ func TestEmitDrainAndDeadLetters(t *testing.T) {
 	r := c.runIn(`{"from":"stdin"}`, "emit", "--type", "video.rank_updated", "--data-file", "-")
 	if r.code != 0 {
 		t.Fatalf("emit from stdin: %+v", r)
+	}
+	// events show: the event as GET /v1/events/{id} has it; --data, the body byte for byte.
+	var ev api.Event
+	if c.okJSON(&ev, "events", "show", "evt_1"); ev.ID != "evt_1" || ev.Type != "video.trending" || ev.CreatedAt.IsZero() {
+		t.Fatalf("events show = %+v", ev)
+	}
+	if out := c.ok("events", "show", "--data", "evt_1"); out != data {
+		t.Fatalf("events show --data printed %q, want %q", out, data)
+	}
+	if r := c.run("events", "show", "evt_none"); r.code != 1 || !strings.Contains(r.stderr, "not found") {
+		t.Fatalf("events show of no event: %+v", r)
 	}
 
 	table := c.ok("deliveries", "list", "--status", "pending")

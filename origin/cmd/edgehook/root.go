@@ -48,8 +48,8 @@ through the edge relay, with rate limits, retries and dead letters.
 
 Settings come from flags, then EDGEHOOK_* environment variables (--body-limit is
 EDGEHOOK_BODY_LIMIT), then the JSON config file named by --config (keys like "body_limit").
-The data commands (emit, subscribers, deliveries, dead, stats, edge export-kv, migrate) work
-directly on the database file, so they need no running server.`,
+The data commands (emit, events, subscribers, deliveries, dead, stats, edge export-kv, migrate)
+work directly on the database file, so they need no running server.`,
 	SilenceUsage:  true,
 	SilenceErrors: true,
 }

@@ -653,3 +653,26 @@ func TestTypeErrorMessages(t *testing.T) {
 		}
 	}
 }
+
+// TestEscapedPathIDs: an id with a character a client escapes in a path segment (":" is
+// "%3A" from encodeURIComponent) names the same object as the id written plain.
+func TestEscapedPathIDs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addSubscriber(api.SubscriberRequest{ID: "team:shop", URL: "https://example.com/hook", Events: []string{"*"}})
+	e.do("POST", "/v1/events", `{"id":"order:1","type":"a.b","data":1}`).want(t, http.StatusAccepted)
+	var sub api.Subscriber
+	if e.do("GET", "/v1/subscribers/team%3Ashop", nil).want(t, http.StatusOK).decode(t, &sub); sub.ID != "team:shop" {
+		t.Fatalf("GET team%%3Ashop = %+v", sub)
+	}
+	var ev api.Event
+	if e.do("GET", "/v1/events/order%3a1", nil).want(t, http.StatusOK).decode(t, &ev); ev.ID != "order:1" {
+		t.Fatalf("GET order%%3a1 = %+v", ev)
+	}
+	e.do("POST", "/v1/subscribers/team%3Ashop/pause", nil).want(t, http.StatusOK)
+	e.do("DELETE", "/v1/subscribers/team%3Ashop", nil).want(t, http.StatusNoContent)
+	e.do("GET", "/v1/subscribers/team:shop", nil).wantError(t, http.StatusNotFound, api.CodeNotFound, "")
+	// Decoded once only: %2541 is "%41", not "A".
+	e.addSubscriber(api.SubscriberRequest{ID: "A", URL: "https://example.com/hook", Events: []string{"*"}})
+	e.do("GET", "/v1/subscribers/%2541", nil).wantError(t, http.StatusNotFound, api.CodeNotFound, "")
+}

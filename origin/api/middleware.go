@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -131,6 +132,28 @@ func (s *Server) accessLog(m *httpMetrics) echo.MiddlewareFunc {
 			}
 			return nil
 		}
+	}
+}
+
+// unescapeParams percent-decodes the path parameters. echo takes them from the raw path when
+// the request escapes a character Go would not ("/v1/subscribers/team%3Ashop", as
+// encodeURIComponent writes the id "team:shop"), and leaves them escaped: such a client found
+// no subscriber, and its DELETE answered 404.
+func unescapeParams(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if c.Request().URL.RawPath == "" { // the parameters come from the decoded path
+			return next(c)
+		}
+		values := c.ParamValues()
+		for i, v := range values {
+			u, err := url.PathUnescape(v)
+			if err != nil {
+				return errorf(http.StatusBadRequest, CodeBadRequest, c.ParamNames()[i], "%q is not a valid path segment", v)
+			}
+			values[i] = u
+		}
+		c.SetParamValues(values...)
+		return next(c)
 	}
 }
 

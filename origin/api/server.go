@@ -75,7 +75,7 @@ func New(o Options) (*Server, error) {
 	s := &Server{e: echo.New(), store: o.Store, log: o.Logger, auth: newTokenSet(o.Tokens), limits: limits{o.BodyLimit, o.BatchBodyLimit}, wake: o.Wake}
 	s.e.HideBanner, s.e.HidePort = true, true
 	s.e.HTTPErrorHandler = s.errorHandler
-	s.e.Use(assignRequestID, s.accessLog(m), s.authenticate, s.limitBody)
+	s.e.Use(assignRequestID, s.accessLog(m), s.authenticate, s.limitBody, unescapeParams)
 
 	// The probes also answer HEAD, which monitors and load balancers often send.
 	s.e.GET("/healthz", s.healthz)

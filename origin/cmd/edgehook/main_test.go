@@ -218,6 +218,7 @@ func TestBadInput(t *testing.T) {
 		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--timeout", "-5s"}, 2, "--timeout: -5s"},
 		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--rate", "0"}, 2, "--rate"},
 		{nil, []string{"subscribers", "update", "x", "--burst", "0"}, 2, "--burst"},
+		{nil, []string{"subscribers", "update", "x", "--coalesce-types", "*", "--coalesce-key", "k", "--coalesce-window", "48h"}, 2, "--coalesce-window: 48h0m0s is above 24h0m0s"},
 		{nil, []string{"subscribers", "update", "x", "--max-in-flight", "0"}, 2, "--max-in-flight"},
 		{nil, []string{"subscribers", "update", "x", "--timeout", "0s"}, 2, "--timeout"},
 		{nil, []string{"subscribers", "show"}, 2, "ID"},

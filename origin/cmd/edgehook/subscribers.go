@@ -103,6 +103,9 @@ func (f *subscriberFlags) coalesceRule(fs *pflag.FlagSet) (*wire.CoalesceRule, e
 	if f.coalesceWindow%time.Second != 0 {
 		return nil, usagef("--coalesce-window: %s is not a whole number of seconds", f.coalesceWindow)
 	}
+	if f.coalesceWindow > wire.MaxCoalesceWindow { // the store would say it in bare seconds
+		return nil, usagef("--coalesce-window: %s is above %s", f.coalesceWindow, wire.MaxCoalesceWindow)
+	}
 	return &wire.CoalesceRule{EventTypes: f.coalesceTypes, Key: f.coalesceKey, WindowSeconds: int64(f.coalesceWindow / time.Second)}, nil
 }
 

@@ -192,6 +192,7 @@ func TestBadInput(t *testing.T) {
 		{nil, []string{"drain", "--poll-interval", "1ns"}, 2, "--poll-interval"},
 		{nil, []string{"serve", "--poll-interval", "5ms"}, 2, "--poll-interval"},
 		{nil, []string{"serve", "--listen", "127.0.0.1:99999"}, 2, "--listen"},
+		{nil, []string{"dev", "--listen", "0.0.0.0:18080"}, 2, "--listen"},
 		{nil, []string{"serve", "--edge-url", "https://edge.example", "--edge-secret", "nope"}, 2, "--edge-secret"},
 		{nil, []string{"serve", "--body-limit", "lots"}, 2, "--body-limit"},
 		{nil, []string{"--log-format", "xml", "migrate"}, 2, "--log-format"},

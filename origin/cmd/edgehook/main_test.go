@@ -198,6 +198,7 @@ func TestBadInput(t *testing.T) {
 		{nil, []string{"--log-format", "xml", "migrate"}, 2, "--log-format"},
 		{nil, []string{"--synchronous", "sometimes", "migrate"}, 2, "--synchronous"},
 		{[]string{"EDGEHOOK_BUSY_TIMEOUT=soon"}, []string{"migrate"}, 2, "EDGEHOOK_BUSY_TIMEOUT"},
+		{nil, []string{"--busy-timeout", "500us", "migrate"}, 2, "--busy-timeout"},
 		{[]string{"EDGEHOOK_CONFIG=" + badConfig}, []string{"migrate"}, 2, `"colour": unknown setting`},
 		{nil, []string{"--config", "missing.json", "migrate"}, 2, "config file"},
 		{nil, []string{"emit", "--type", "a.b"}, 2, "--data"},

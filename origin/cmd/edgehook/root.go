@@ -105,8 +105,8 @@ func checkGlobal() error {
 		return usagef("--db: must name a database file")
 	case !strings.EqualFold(global.synchronous, store.SyncNormal) && !strings.EqualFold(global.synchronous, store.SyncFull):
 		return usagef("--synchronous: %q is not NORMAL or FULL", global.synchronous)
-	case global.busyTimeout <= 0:
-		return usagef("--busy-timeout: must be positive, not %s", global.busyTimeout)
+	case global.busyTimeout < time.Millisecond: // SQLite counts it in whole milliseconds: less would not wait at all
+		return usagef("--busy-timeout: %s is below 1ms", global.busyTimeout)
 	case global.bodyLimit < 1024:
 		return usagef("--body-limit: %s is below the minimum of 1KiB", global.bodyLimit)
 	case global.backlogCap < 1:

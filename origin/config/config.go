@@ -31,6 +31,9 @@ const ConfigEnv = EnvPrefix + "CONFIG"
 // Command arguments such as `emit --type` are not settings and keep this mark off.
 const annotation = "edgehook.setting"
 
+// secretAnnotation marks a setting whose value is a secret: an error never quotes it.
+const secretAnnotation = "edgehook.secret"
+
 // MaxFileBytes bounds a config file; anything larger is a mistake (a wrong path).
 const MaxFileBytes = 1 << 20
 
@@ -39,6 +42,17 @@ const MaxFileBytes = 1 << 20
 func Mark(fs *pflag.FlagSet, names ...string) {
 	for _, name := range names {
 		if err := fs.SetAnnotation(name, annotation, []string{"true"}); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// MarkSecret declares the named settings of fs secrets (tokens, keys): a bad value read from the
+// environment or the config file is reported without the value, which would otherwise reach the
+// log (a token with a quote in it fails to parse as a list). It panics on an unknown name.
+func MarkSecret(fs *pflag.FlagSet, names ...string) {
+	for _, name := range names {
+		if err := fs.SetAnnotation(name, secretAnnotation, []string{"true"}); err != nil {
 			panic(err)
 		}
 	}
@@ -202,15 +216,23 @@ func Apply(fs *pflag.FlagSet, lookup func(string) (string, bool), file File, fil
 		}
 		if v, ok := lookup(EnvName(f.Name)); ok {
 			if e := f.Value.Set(v); e != nil {
-				err = fmt.Errorf("invalid value %q for %s (--%s): %v", v, EnvName(f.Name), f.Name, e)
+				err = fmt.Errorf("invalid value %s for %s (--%s): %v", shown(f, v), EnvName(f.Name), f.Name, e)
 			}
 			return
 		}
 		if v, ok := file[FileKey(f.Name)]; ok {
 			if e := f.Value.Set(v); e != nil {
-				err = fmt.Errorf("config file %s: invalid value %q for %q (--%s): %v", fileName, v, FileKey(f.Name), f.Name, e)
+				err = fmt.Errorf("config file %s: invalid value %s for %q (--%s): %v", fileName, shown(f, v), FileKey(f.Name), f.Name, e)
 			}
 		}
 	})
 	return err
+}
+
+// shown is v as an error quotes it, unless f is a secret.
+func shown(f *pflag.Flag, v string) string {
+	if _, secret := f.Annotations[secretAnnotation]; secret {
+		return "(a secret, not shown)"
+	}
+	return strconv.Quote(v)
 }

@@ -180,3 +180,23 @@ func TestUnknownEnv(t *testing.T) {
 		t.Errorf("UnknownEnv = %s, want %s", got, want)
 	}
 }
+
+// TestSecretValuesNotShown: a secret setting's bad value is reported without the value.
+func TestSecretValuesNotShown(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		env  map[string]string
+		file File
+	}{
+		{map[string]string{"EDGEHOOK_TOKEN": `s3cr"et`}, nil},
+		{nil, File{"token": `s3cr"et`}},
+	} {
+		var s settings
+		fs := newFlags(&s)
+		MarkSecret(fs, "token")
+		err := Apply(fs, env(c.env), c.file, "f.json")
+		if err == nil || strings.Contains(err.Error(), "s3cr") || !strings.Contains(err.Error(), "--token") {
+			t.Errorf("err = %v; want it to name --token and not show the value", err)
+		}
+	}
+}

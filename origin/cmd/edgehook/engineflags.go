@@ -48,6 +48,7 @@ func (f *engineFlags) register(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&f.allowNetworks, "allow-network", nil, "internal networks direct mode may reach, e.g. 127.0.0.0/8 for local receivers (default: none)")
 	fs.DurationVar(&c.StopGrace, "shutdown-grace", engine.DefaultStopGrace, "how long requests and sends in flight may finish when stopping")
 	config.Mark(fs, engineSettings...)
+	config.MarkSecret(fs, "edge-secret")
 }
 
 // config checks the flags and returns the engine configuration, naming the flag at fault.

@@ -249,6 +249,23 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// TestSecretNotInErrors: a token that fails to parse (a quote in a comma-separated list) is
+// reported naming the variable or key, never with its value, which would land in the journal.
+func TestSecretNotInErrors(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	if err := os.WriteFile(filepath.Join(c.dir, "edgehook.json"), []byte(`{"token": "fr\"om-file"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, env := range []string{`EDGEHOOK_TOKEN=s3cr"et`, "EDGEHOOK_CONFIG=edgehook.json"} {
+		c.env = []string{env}
+		r := c.run("serve", "--listen", "127.0.0.1:0")
+		if r.code != 2 || !strings.Contains(r.stderr, "token") || strings.Contains(r.stderr, "s3cr") || strings.Contains(r.stderr, "om-file") {
+			t.Errorf("%s: exit %d, stderr %q; want exit 2 naming the token setting without its value", env, r.code, r.stderr)
+		}
+	}
+}
+
 // TestSettingsPrecedence: a flag beats the environment, which beats the config file.
 func TestSettingsPrecedence(t *testing.T) {
 	t.Parallel()

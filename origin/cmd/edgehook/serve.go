@@ -49,6 +49,7 @@ Listening on anything but a loopback address requires at least one --token.`,
 	serveFlags.batchBodyLimit = api.DefaultBatchBodyLimit
 	f.Var(&serveFlags.batchBodyLimit, "batch-body-limit", "largest POST /v1/events/batch body")
 	config.Mark(f, "listen", "token", "batch-body-limit")
+	config.MarkSecret(f, "token")
 	serveFlags.engine.register(f)
 	rootCmd.AddCommand(cmd)
 }

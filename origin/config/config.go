@@ -127,7 +127,7 @@ func objectMembers(data []byte) (map[string]json.RawMessage, error) {
 	if tok, err := dec.Token(); err != nil {
 		return nil, fmt.Errorf("not a JSON object: %w", err)
 	} else if tok != json.Delim('{') {
-		return nil, fmt.Errorf("not a JSON object: starts with %v", tok)
+		return nil, fmt.Errorf("not a JSON object: starts with %s", tokenKind(tok))
 	}
 	raw := map[string]json.RawMessage{}
 	for dec.More() {
@@ -152,6 +152,23 @@ func objectMembers(data []byte) (map[string]json.RawMessage, error) {
 		return nil, errors.New("unexpected data after the JSON object")
 	}
 	return raw, nil
+}
+
+// tokenKind names what a JSON document starts with, never quoting it: a file given by mistake may
+// hold anything, a secret or control bytes included.
+func tokenKind(tok json.Token) string {
+	switch t := tok.(type) {
+	case json.Delim:
+		return "an array"
+	case string:
+		return "a string"
+	case bool:
+		return fmt.Sprint(t)
+	case nil:
+		return "null"
+	default:
+		return "a number"
+	}
 }
 
 func sortedKeys(m map[string]json.RawMessage) []string {

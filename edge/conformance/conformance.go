@@ -123,6 +123,8 @@ type Upstream struct {
 	StallBody bool `json:"stall_body"`
 	// HeaderBytes, when positive, adds a header X-Pad of that many 'p' bytes.
 	HeaderBytes int `json:"header_bytes"`
+	// Gzip sends the body gzip-compressed, with Content-Encoding: gzip.
+	Gzip bool `json:"gzip"`
 }
 
 // Expect is what the edge must do.

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"io"
@@ -138,6 +139,14 @@ func (s *Subscriber) serve(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Pad", strings.Repeat("p", u.HeaderBytes))
 	}
 	answer := UpstreamBody(u)
+	if u.Gzip {
+		var b bytes.Buffer
+		zw := gzip.NewWriter(&b)
+		_, _ = zw.Write(answer)
+		_ = zw.Close()
+		answer = b.Bytes()
+		w.Header().Set("Content-Encoding", "gzip")
+	}
 	if u.CutBody || u.StallBody {
 		w.Header().Set("Content-Length", strconv.Itoa(len(answer)+100))
 	}

@@ -340,10 +340,12 @@ var hopWord = load64(hopPrefix)
 const keyContentType = "content-type"
 
 // stripped reports whether a header (lower-case name) is never forwarded: hop headers (every
-// "edgehook-" header), transport headers the runtime sets itself, and headers the platform adds
-// about the origin's connection. It is asked for every header of every request, so it switches on
-// the first byte before comparing anything: in the WASM builds a map lookup or a string comparison
-// costs several calls (BenchmarkGuestCalls).
+// "edgehook-" header), transport headers the runtime sets itself (Accept-Encoding too), and
+// headers the platform or a proxy adds about the origin's connection (its address:
+// CF-Connecting-IP, True-Client-IP, X-Forwarded-For, X-Real-IP, Forwarded), which a subscriber has
+// no business seeing. It is asked for every header of every request, so it switches on the first
+// byte before comparing anything: in the WASM builds a map lookup or a string comparison costs
+// several calls (BenchmarkGuestCalls).
 func stripped(k string) bool {
 	if k == "" {
 		return false
@@ -351,6 +353,10 @@ func stripped(k string) bool {
 	switch k[0] {
 	case 'e':
 		return isHopName(k) // most of a request's headers
+	case 'a':
+		// The origin's connection's: the origin cannot decode an excerpt relayed without its
+		// Content-Encoding, so each runtime asks for the encodings its client decodes itself.
+		return k == "accept-encoding"
 	case 'c':
 		return strings.HasPrefix(k, "cf-") || k == "content-length" || k == "connection"
 	case 'x':
@@ -362,7 +368,9 @@ func stripped(k string) bool {
 	case 'p':
 		return k == "proxy-connection" || k == "proxy-authorization"
 	case 't':
-		return k == "te" || k == "trailer" || k == "transfer-encoding"
+		return k == "te" || k == "trailer" || k == "transfer-encoding" || k == "true-client-ip"
+	case 'f':
+		return k == "forwarded"
 	case 'u':
 		return k == "upgrade"
 	}

@@ -8,11 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/edgehook/edgehook/edge/relay"
 	"github.com/edgehook/edgehook/edge/relay/memkv"
 	"github.com/edgehook/edgehook/shared/signature"
 	"github.com/edgehook/edgehook/shared/wire"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var now = time.Unix(1_800_000_000, 0)
 
@@ -133,6 +137,35 @@ func TestKVReadFailureIsRetryable(t *testing.T) {
 	}
 }
 
+// TestConcurrentDuplicatesAreBothForwarded pins docs/PROTOCOL.md §6: the d: mark is no lock, so
+// two requests of one delivery in flight at once both reach the subscriber; the next is a
+// duplicate.
+func TestConcurrentDuplicatesAreBothForwarded(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, plainRecord)
+	arrived, release := make(chan struct{}, 2), make(chan struct{})
+	r := f.relay(t, f.subs, f.dedup, upstreamFunc(func(req *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
+		arrived <- struct{}{}
+		<-release
+		return ok200(req)
+	}))
+	answers := make(chan *relay.Response, 2)
+	for range 2 {
+		go func() { answers <- r.Handle(context.Background(), f.request("", nil)) }()
+	}
+	<-arrived
+	<-arrived // both are at the subscriber before either is answered
+	close(release)
+	for range 2 {
+		if resp := <-answers; resp.Header.Get(wire.HeaderOutcome) != string(wire.OutcomeForwarded) {
+			t.Errorf("outcome %q, want forwarded", resp.Header.Get(wire.HeaderOutcome))
+		}
+	}
+	if resp := r.Handle(context.Background(), f.request("", nil)); resp.Header.Get(wire.HeaderOutcome) != string(wire.OutcomeDuplicate) {
+		t.Errorf("the next request: outcome %q, want duplicate", resp.Header.Get(wire.HeaderOutcome))
+	}
+}
+
 func TestFailedMarkWriteKeepsTheSubscribersAnswer(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, coalesceRecord)
@@ -163,11 +196,15 @@ func TestForwardedHeaders(t *testing.T) {
 		"X-Forwarded-For": "192.0.2.1", "X-Real-IP": "192.0.2.1", "Edgehook-Unknown": "x", "X-Token": "from-origin",
 		"Keep-Alive": "timeout=5", "Proxy-Connection": "close", "Proxy-Authorization": "Basic x", "TE": "trailers",
 		"Trailer": "X", "Transfer-Encoding": "chunked", "Upgrade": "h2c",
+		// The origin's address as Cloudflare's True-Client-IP transform or an RFC 7239 proxy puts it.
+		"True-Client-IP": "192.0.2.1", "Forwarded": "for=192.0.2.1", "Accept-Encoding": "gzip",
 		// Near misses of stripped names are forwarded.
 		"Hosts": "h", "Upgrade-Insecure-Requests": "1", "Tea": "t", "Content-Language": "en", "Edgehook": "e",
+		"True-Client": "t", "Forwarded-By": "f", "Accept": "*/*",
 	}))
 	want := map[string]string{"webhook-id": "evt_1", "content-type": "application/json", "x-vvv-signature": "sha256=ab", "x-token": "t",
-		"hosts": "h", "upgrade-insecure-requests": "1", "tea": "t", "content-language": "en", "edgehook": "e"}
+		"hosts": "h", "upgrade-insecure-requests": "1", "tea": "t", "content-language": "en", "edgehook": "e",
+		"true-client": "t", "forwarded-by": "f", "accept": "*/*"}
 	if fmt.Sprint(got.Map()) != fmt.Sprint(want) || len(got) != len(want) {
 		t.Errorf("forwarded %v, want %v", got, want)
 	}

@@ -6,6 +6,7 @@ import { readFileSync } from "node:fs";
 import http from "node:http";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { gzipSync } from "node:zlib";
 import { Miniflare } from "miniflare";
 
 export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
@@ -114,8 +115,11 @@ export async function startSubscriber() {
         res.on("close", () => sub.hanging.delete(res));
         return;
       }
-      const body = u.body_bytes > 0 ? Buffer.alloc(u.body_bytes, "y") : Buffer.from(u.body ?? "");
-      const headers = u.header_bytes > 0 ? { ...u.headers, "X-Pad": "p".repeat(u.header_bytes) } : (u.headers ?? {});
+      const plain = u.body_bytes > 0 ? Buffer.alloc(u.body_bytes, "y") : Buffer.from(u.body ?? "");
+      const body = u.gzip ? gzipSync(plain) : plain;
+      const headers = { ...u.headers };
+      if (u.header_bytes > 0) headers["X-Pad"] = "p".repeat(u.header_bytes);
+      if (u.gzip) headers["Content-Encoding"] = "gzip";
       if (u.cut_body || u.stall_body) {
         // Declares 100 bytes more than it sends, then closes the connection (the body breaks off)
         // or leaves it open until the edge gives up (the body stalls).

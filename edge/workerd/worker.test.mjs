@@ -360,3 +360,24 @@ test("a Worker without EDGE_SECRET answers 500 rejected:misconfigured, naming it
     await mf.dispose();
   }
 });
+
+test("numeric vars (MAX_BODY_BYTES = 4096 in wrangler.toml, unquoted) are read as their numbers", async () => {
+  const sub = await startSubscriber();
+  const vars = suiteVars(suite);
+  const mf = startWorker({ ...vars, TOLERANCE_SECONDS: 300, DEDUP_TTL_SECONDS: 3600, MAX_BODY_BYTES: 4096 });
+  try {
+    const kv = await mf.getKVNamespace("SUBSCRIBERS");
+    await kv.put("sub:sub_num", JSON.stringify({ url: `${sub.url}/hooks/num`, timeout_ms: 2000, active: true }));
+    const ok = await mf.dispatchFetch("http://edge.test/", signed("del_num_1", "sub_num", {}, "x".repeat(4096)));
+    assert.deepEqual([ok.status, ok.headers.get("edgehook-outcome")], [200, "forwarded"], await ok.text());
+    const big = await mf.dispatchFetch("http://edge.test/", signed("del_num_2", "sub_num", {}, "x".repeat(4097)));
+    assert.deepEqual([big.status, big.headers.get("edgehook-outcome")], [413, "rejected:body_too_large"], await big.text());
+    const dedup = await mf.getKVNamespace("DEDUP");
+    const { keys } = await dedup.list({ prefix: "d:del_num_1" });
+    assert.equal(keys.length, 1);
+    assert.ok(Math.abs(keys[0].expiration - (Date.now() / 1000 + 3600)) < 60, `expiration ${keys[0].expiration}`);
+  } finally {
+    await mf.dispose();
+    await sub.close();
+  }
+});

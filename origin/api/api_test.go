@@ -21,6 +21,12 @@ func TestHealthAndReady(t *testing.T) {
 	e := newEnv(t)
 	e.do("GET", "/healthz", nil).want(t, http.StatusOK)
 	e.do("GET", "/readyz", nil).want(t, http.StatusOK)
+	// Monitors and load balancers often probe with HEAD: the same status, no body.
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if r := e.do("HEAD", path, nil).want(t, http.StatusOK); len(r.body) != 0 {
+			t.Errorf("HEAD %s answered a body %q", path, r.body)
+		}
+	}
 }
 
 func TestEmitStoresDataByteExact(t *testing.T) {
@@ -43,6 +49,26 @@ func TestEmitStoresDataByteExact(t *testing.T) {
 		t.Fatalf("stored body %q, want the exact bytes %q", ev.Body, data)
 	}
 
+	// The data is the subscribers' body, not the API's: keys repeated or in other cases there are
+	// kept as sent, also when an escape in the type takes the request off the fast decoder.
+	odd := `{"a":1,"a":2,"A":{"b":[{"c":1,"c":2}]}}`
+	e.do("POST", "/v1/events", `{"id":"evt_odd","type":"video.tr\u0065nding","data":`+odd+`}`).want(t, http.StatusAccepted)
+	if ev, err := e.store.GetEvent(context.Background(), "evt_odd"); err != nil || string(ev.Body) != odd || ev.Type != "video.trending" {
+		t.Fatalf("stored %+v (%v), want the data %q as sent", ev, err, odd)
+	}
+
+	// GET /v1/events/{id}: the event, its data as JSON (the JSON encoder compacts it).
+	var got api.Event
+	e.do("GET", "/v1/events/evt_1", nil).want(t, http.StatusOK).decode(t, &got)
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, []byte(data)); err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != "evt_1" || got.Type != "video.trending" || string(got.Data) != compact.String() || got.CreatedAt.IsZero() {
+		t.Fatalf("GET /v1/events/evt_1 = %+v, data %s", got, got.Data)
+	}
+	e.do("GET", "/v1/events/nope", nil).wantError(t, http.StatusNotFound, api.CodeNotFound, "")
+
 	// Same id, same content: the original answer, nothing new written.
 	e.do("POST", "/v1/events", body).want(t, http.StatusAccepted).decode(t, &res)
 	if !res.Duplicate || res.Deliveries != 1 {
@@ -57,7 +83,7 @@ func TestEmitStoresDataByteExact(t *testing.T) {
 		t.Fatalf("emit without id = %+v", res)
 	}
 	var page api.DeliveryPage
-	e.do("GET", "/v1/deliveries?subscriber="+sub.ID, nil).want(t, http.StatusOK).decode(t, &page)
+	e.do("GET", "/v1/deliveries?subscriber="+sub.ID+"&event=evt_1", nil).want(t, http.StatusOK).decode(t, &page)
 	if len(page.Deliveries) != 1 || page.Deliveries[0].EventID != "evt_1" || page.Deliveries[0].Status != store.StatusPending {
 		t.Fatalf("deliveries = %+v", page.Deliveries)
 	}
@@ -132,6 +158,21 @@ func TestRequestErrors(t *testing.T) {
 		{"big limit", "GET", "/v1/deliveries?limit=1001", ``, nil, 422, api.CodeInvalid, "limit"},
 		{"bad from", "GET", "/v1/deliveries?from=monday", ``, nil, 422, api.CodeInvalid, "from"},
 		{"unknown param", "GET", "/v1/deliveries?colour=red", ``, nil, 400, api.CodeBadRequest, "colour"},
+		{"key in another case", "POST", "/v1/events", `{"type":"a.b","data":1,"Type":"c.d"}`, nil, 400, api.CodeBadRequest, "Type"},
+		{"key twice", "POST", "/v1/events", `{"type":"a.b","data":1,"type":"c.d"}`, nil, 400, api.CodeBadRequest, "type"},
+		{"batch key twice", "POST", "/v1/events/batch", `{"events":[{"type":"a","data":1},{"id":"x","type":"a","data":1,"id":"y"}]}`, nil, 400, api.CodeBadRequest, "events[1].id"},
+		{"url in capitals", "POST", "/v1/subscribers", `{"url":"https://x.example","events":["*"],"URL":"https://y.example"}`, nil, 400, api.CodeBadRequest, "URL"},
+		{"header twice", "POST", "/v1/subscribers", `{"url":"https://x.example","events":["*"],"headers":{"X-A":"1","X-A":"2"}}`, nil, 400, api.CodeBadRequest, "headers.X-A"},
+		{"nested unknown field", "POST", "/v1/subscribers", `{"url":"https://x.example","events":["*"],"coalesce":{"event_types":["*"],"key":"k","window_seconds":1,"x":1}}`, nil, 400, api.CodeBadRequest, "coalesce.x"},
+		{"patch key twice", "PATCH", "/v1/subscribers/nobody", `{"burst":5,"burst":50}`, nil, 400, api.CodeBadRequest, "burst"},
+		{"patch coalesce key twice", "PATCH", "/v1/subscribers/nobody", `{"coalesce":{"event_types":["*"],"key":"k","key":"j","window_seconds":1}}`, nil, 400, api.CodeBadRequest, "coalesce.key"},
+		{"replay key twice", "POST", "/v1/subscribers/nobody/replay", `{"from":"2020-01-01T00:00:00Z","from":"2021-01-01T00:00:00Z"}`, nil, 400, api.CodeBadRequest, "from"},
+		{"no route, with a query", "GET", "/v1/nope?x=1", ``, nil, 404, api.CodeNotFound, ""},
+		{"wrong method, with a query", "PUT", "/v1/deliveries?x=1", ``, nil, 405, api.CodeMethodNotAllowed, ""},
+		{"filter the route lacks", "GET", "/v1/subscribers?state=paused", ``, nil, 400, api.CodeBadRequest, "state"},
+		{"param on stats", "GET", "/v1/stats?subscriber=x", ``, nil, 400, api.CodeBadRequest, "subscriber"},
+		{"param on emit", "POST", "/v1/events?type=a.b", `{"type":"a","data":1}`, nil, 400, api.CodeBadRequest, "type"},
+		{"repeated pretty", "GET", "/v1/stats?pretty&pretty", ``, nil, 400, api.CodeBadRequest, "pretty"},
 		{"repeated param", "GET", "/v1/deliveries?limit=1&limit=5000", ``, nil, 400, api.CodeBadRequest, "limit"},
 		{"empty range", "GET", "/v1/deliveries?from=2030-01-01T00:00:00Z&to=2020-01-01T00:00:00Z", ``, nil, 422, api.CodeInvalid, "from"},
 		{"empty range, equal", "GET", "/v1/deliveries?from=2030-01-01T00:00:00Z&to=2030-01-01T00:00:00Z", ``, nil, 422, api.CodeInvalid, "from"},
@@ -146,6 +187,17 @@ func TestRequestErrors(t *testing.T) {
 			e.t = t
 			e.do(c.method, c.path, body, c.hdr...).wantError(t, c.status, c.code, c.field)
 		})
+	}
+}
+
+// TestPrettyEverywhere: ?pretty, which indents the JSON, goes with every route.
+func TestPrettyEverywhere(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, path := range []string{"/v1/stats?pretty", "/v1/subscribers?pretty", "/v1/deliveries?limit=5&pretty"} {
+		if r := e.do("GET", path, nil).want(t, http.StatusOK); !bytes.Contains(r.body, []byte("\n  ")) {
+			t.Errorf("GET %s answered %q, not indented", path, r.body)
+		}
 	}
 }
 
@@ -237,9 +289,15 @@ func TestSubscriberLifecycle(t *testing.T) {
 	e.do("PATCH", "/v1/subscribers/nobody", `{"burst":1}`).wantError(t, http.StatusNotFound, api.CodeNotFound, "")
 
 	e.do("POST", "/v1/subscribers/shop/pause", nil).want(t, http.StatusOK).decode(t, &sub)
-	if sub.State != store.StatePaused {
+	if sub.State != store.StatePaused || sub.StateReason != api.DefaultPauseReason {
 		t.Fatalf("paused = %+v", sub)
 	}
+	e.do("POST", "/v1/subscribers/shop/pause", `{"reason":"receiver migrating, back at 14:00"}`).want(t, http.StatusOK).decode(t, &sub)
+	if sub.StateReason != "receiver migrating, back at 14:00" {
+		t.Fatalf("paused with a reason = %+v", sub)
+	}
+	e.do("POST", "/v1/subscribers/shop/pause", `{"reason":"two\nlines"}`).wantError(t, http.StatusUnprocessableEntity, api.CodeInvalid, "reason")
+	e.do("POST", "/v1/subscribers/shop/pause", `{"why":"x"}`).wantError(t, http.StatusBadRequest, api.CodeBadRequest, "why")
 	e.do("POST", "/v1/subscribers/shop/resume", nil).want(t, http.StatusOK).decode(t, &sub)
 	if sub.State != store.StateActive {
 		t.Fatalf("resumed = %+v", sub)
@@ -594,4 +652,27 @@ func TestTypeErrorMessages(t *testing.T) {
 			t.Errorf("%s %s %s: message %q, want %q", c.method, c.path, c.body, got.Message, c.message)
 		}
 	}
+}
+
+// TestEscapedPathIDs: an id with a character a client escapes in a path segment (":" is
+// "%3A" from encodeURIComponent) names the same object as the id written plain.
+func TestEscapedPathIDs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addSubscriber(api.SubscriberRequest{ID: "team:shop", URL: "https://example.com/hook", Events: []string{"*"}})
+	e.do("POST", "/v1/events", `{"id":"order:1","type":"a.b","data":1}`).want(t, http.StatusAccepted)
+	var sub api.Subscriber
+	if e.do("GET", "/v1/subscribers/team%3Ashop", nil).want(t, http.StatusOK).decode(t, &sub); sub.ID != "team:shop" {
+		t.Fatalf("GET team%%3Ashop = %+v", sub)
+	}
+	var ev api.Event
+	if e.do("GET", "/v1/events/order%3a1", nil).want(t, http.StatusOK).decode(t, &ev); ev.ID != "order:1" {
+		t.Fatalf("GET order%%3a1 = %+v", ev)
+	}
+	e.do("POST", "/v1/subscribers/team%3Ashop/pause", nil).want(t, http.StatusOK)
+	e.do("DELETE", "/v1/subscribers/team%3Ashop", nil).want(t, http.StatusNoContent)
+	e.do("GET", "/v1/subscribers/team:shop", nil).wantError(t, http.StatusNotFound, api.CodeNotFound, "")
+	// Decoded once only: %2541 is "%41", not "A".
+	e.addSubscriber(api.SubscriberRequest{ID: "A", URL: "https://example.com/hook", Events: []string{"*"}})
+	e.do("GET", "/v1/subscribers/%2541", nil).wantError(t, http.StatusNotFound, api.CodeNotFound, "")
 }

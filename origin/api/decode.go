@@ -75,12 +75,17 @@ func strictUnmarshal(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		if _, ok := unknownField(err); ok {
+			if err := checkKeys(body, v); err != nil { // names it with its path
+				return err
+			}
+		}
 		return jsonError(err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return errorf(http.StatusBadRequest, CodeBadRequest, "", "unexpected data after the JSON value")
 	}
-	return nil
+	return checkKeys(body, v)
 }
 
 // bodySubject names the whole decoded value in an error, where no field is at fault.
@@ -107,12 +112,17 @@ func jsonError(err error) *Error {
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return errorf(http.StatusBadRequest, CodeBadRequest, "", "request body ends in the middle of a JSON value")
 	}
-	// encoding/json reports unknown fields only as text: `json: unknown field "name"`.
-	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		field := strings.Trim(name, `"`)
+	if field, ok := unknownField(err); ok {
 		return errorf(http.StatusBadRequest, CodeBadRequest, field, "unknown field %q", field)
 	}
 	return errorf(http.StatusBadRequest, CodeBadRequest, "", "invalid JSON: %v", err)
+}
+
+// unknownField reads the field name of a DisallowUnknownFields error, which encoding/json
+// reports only as text: `json: unknown field "name"`.
+func unknownField(err error) (string, bool) {
+	name, ok := strings.CutPrefix(err.Error(), "json: unknown field ")
+	return strings.Trim(name, `"`), ok
 }
 
 func describeType(t reflect.Type) string {

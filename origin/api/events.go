@@ -87,6 +87,15 @@ func (s *Server) emitBatch(c echo.Context) error {
 	return c.JSON(http.StatusAccepted, out)
 }
 
+// getEvent handles GET /v1/events/{id}: an event with its data, while retention keeps it.
+func (s *Server) getEvent(c echo.Context) error {
+	ev, err := s.store.GetEvent(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, NewEvent(ev))
+}
+
 // dataField names the store's "body" field (the event's bytes) as the request calls it: "data".
 func dataField(err error) error {
 	var fe *wire.FieldError

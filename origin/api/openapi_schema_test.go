@@ -34,6 +34,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		{schema("Error"), api.Error{}},
 		{schema("EventRequest"), api.EventRequest{}},
 		{schema("EmitResult"), api.EmitResult{}},
+		{schema("Event"), api.Event{}},
 		{schema("CoalesceRule"), wire.CoalesceRule{}},
 		{schema("SubscriberRequest"), api.SubscriberRequest{}},
 		{schema("SubscriberUpdate"), api.SubscriberUpdate{}},
@@ -45,10 +46,12 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		{schema("Stats", "properties", "subscribers", "items"), api.SubscriberStats{}},
 		{body("/v1/events/batch", "post", request...), api.BatchRequest{}},
 		{body("/v1/events/batch", "post", append([]any{"responses", "202"}, jsonBody...)...), api.BatchResult{}},
+		{body("/v1/subscribers/{id}/pause", "post", request...), api.PauseRequest{}},
 		{body("/v1/subscribers/{id}/rotate-secret", "post", request...), api.RotateRequest{}},
 		{body("/v1/subscribers/{id}/replay", "post", request...), api.ReplayRequest{}},
 		{body("/v1/subscribers/{id}/replay", "post", append([]any{"responses", "200"}, jsonBody...)...), api.ReplayResult{}},
 		{body("/v1/deliveries", "get", append([]any{"responses", "200"}, jsonBody...)...), api.DeliveryPage{}},
+		{body("/v1/subscribers", "get", append([]any{"responses", "200"}, jsonBody...)...), api.SubscriberList{}},
 	}
 	for _, c := range cases {
 		documented := properties(t, lookup(t, doc, c.keys...))

@@ -6,9 +6,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/edgehook/edgehook/origin/store"
 	"github.com/edgehook/edgehook/shared/wire"
@@ -151,6 +154,32 @@ func prefixed(field string) string {
 		return ""
 	}
 	return "." + field
+}
+
+// PauseRequest is the optional body of pause.
+type PauseRequest struct {
+	// Reason is shown as the subscriber's state_reason; empty: DefaultPauseReason.
+	Reason string `json:"reason,omitempty"`
+}
+
+// DefaultPauseReason is the state_reason of a subscriber paused without a reason.
+const DefaultPauseReason = "paused by an operator"
+
+// MaxPauseReason bounds a pause reason, in bytes.
+const MaxPauseReason = 200
+
+// PauseReason checks an operator's pause reason: printable UTF-8 text of at most MaxPauseReason
+// bytes; empty gives DefaultPauseReason.
+func PauseReason(s string) (string, error) {
+	switch {
+	case s == "":
+		return DefaultPauseReason, nil
+	case len(s) > MaxPauseReason:
+		return "", fmt.Errorf("is %d bytes long, the maximum is %d", len(s), MaxPauseReason)
+	case !utf8.ValidString(s) || strings.ContainsFunc(s, unicode.IsControl):
+		return "", errors.New("must be printable UTF-8 text")
+	}
+	return s, nil
 }
 
 // RotateRequest is the optional body of rotate-secret.

@@ -75,30 +75,36 @@ func New(o Options) (*Server, error) {
 	s := &Server{e: echo.New(), store: o.Store, log: o.Logger, auth: newTokenSet(o.Tokens), limits: limits{o.BodyLimit, o.BatchBodyLimit}, wake: o.Wake}
 	s.e.HideBanner, s.e.HidePort = true, true
 	s.e.HTTPErrorHandler = s.errorHandler
-	s.e.Use(assignRequestID, s.accessLog(m), s.authenticate, s.limitBody)
+	s.e.Use(assignRequestID, s.accessLog(m), s.authenticate, s.limitBody, unescapeParams)
 
+	// The probes also answer HEAD, which monitors and load balancers often send.
 	s.e.GET("/healthz", s.healthz)
+	s.e.HEAD("/healthz", s.healthz)
 	s.e.GET("/readyz", s.readyz)
+	s.e.HEAD("/readyz", s.readyz)
 	s.e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{Registry: o.Registry})))
 
+	// Every /v1 route refuses query parameters it does not read (checkQuery): a route-level
+	// middleware, so that an unknown route or method still answers 404 or 405.
 	v1 := s.e.Group("/v1")
-	v1.POST("/events", s.emit)
-	v1.POST("/events/batch", s.emitBatch)
-	v1.GET("/stats", s.stats)
+	v1.POST("/events", s.emit, checkQuery)
+	v1.POST("/events/batch", s.emitBatch, checkQuery)
+	v1.GET("/events/:id", s.getEvent, checkQuery)
+	v1.GET("/stats", s.stats, checkQuery)
 
-	v1.POST("/subscribers", s.createSubscriber, s.wakeEngine)
-	v1.GET("/subscribers", s.listSubscribers)
-	v1.GET("/subscribers/:id", s.getSubscriber)
-	v1.PATCH("/subscribers/:id", s.updateSubscriber, s.wakeEngine)
-	v1.DELETE("/subscribers/:id", s.deleteSubscriber, s.wakeEngine)
-	v1.POST("/subscribers/:id/pause", s.pauseSubscriber, s.wakeEngine)
-	v1.POST("/subscribers/:id/resume", s.resumeSubscriber, s.wakeEngine)
-	v1.POST("/subscribers/:id/rotate-secret", s.rotateSecret)
-	v1.POST("/subscribers/:id/replay", s.replayDead, s.wakeEngine)
+	v1.POST("/subscribers", s.createSubscriber, checkQuery, s.wakeEngine)
+	v1.GET("/subscribers", s.listSubscribers, checkQuery)
+	v1.GET("/subscribers/:id", s.getSubscriber, checkQuery)
+	v1.PATCH("/subscribers/:id", s.updateSubscriber, checkQuery, s.wakeEngine)
+	v1.DELETE("/subscribers/:id", s.deleteSubscriber, checkQuery, s.wakeEngine)
+	v1.POST("/subscribers/:id/pause", s.pauseSubscriber, checkQuery, s.wakeEngine)
+	v1.POST("/subscribers/:id/resume", s.resumeSubscriber, checkQuery, s.wakeEngine)
+	v1.POST("/subscribers/:id/rotate-secret", s.rotateSecret, checkQuery)
+	v1.POST("/subscribers/:id/replay", s.replayDead, checkQuery, s.wakeEngine)
 
-	v1.GET("/deliveries", s.listDeliveries)
-	v1.GET("/deliveries/:id", s.getDelivery)
-	v1.POST("/deliveries/:id/retry", s.retryDelivery, s.wakeEngine)
+	v1.GET("/deliveries", s.listDeliveries, checkQuery)
+	v1.GET("/deliveries/:id", s.getDelivery, checkQuery)
+	v1.POST("/deliveries/:id/retry", s.retryDelivery, checkQuery, s.wakeEngine)
 	return s, nil
 }
 

@@ -10,6 +10,7 @@ import (
 // Store is what the API needs from the store (*store.Store implements it).
 type Store interface {
 	Emit(ctx context.Context, in store.EmitInput) (store.EmitResult, error)
+	GetEvent(ctx context.Context, id string) (*store.Event, error)
 	EmitBatch(ctx context.Context, in []store.EmitInput) ([]store.EmitResult, error)
 	CreateSubscriber(ctx context.Context, in store.SubscriberInput) (*store.Subscriber, error)
 	ListSubscribers(ctx context.Context) ([]*store.Subscriber, error)

@@ -28,13 +28,7 @@ func (s *Server) listSubscribers(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := struct {
-		Subscribers []Subscriber `json:"subscribers"`
-	}{make([]Subscriber, len(subs))}
-	for i := range subs {
-		out.Subscribers[i] = NewSubscriber(subs[i])
-	}
-	return c.JSON(http.StatusOK, out)
+	return c.JSON(http.StatusOK, NewSubscriberList(subs))
 }
 
 func (s *Server) getSubscriber(c echo.Context) error {
@@ -68,8 +62,17 @@ func (s *Server) deleteSubscriber(c echo.Context) error {
 	return c.NoContent(http.StatusNoContent)
 }
 
+// pauseSubscriber handles POST /v1/subscribers/{id}/pause with an optional body.
 func (s *Server) pauseSubscriber(c echo.Context) error {
-	sub, err := s.store.PauseSubscriber(c.Request().Context(), c.Param("id"), "paused by an operator")
+	var req PauseRequest
+	if err := decodeOptionalJSON(c, &req); err != nil {
+		return err
+	}
+	reason, err := PauseReason(req.Reason)
+	if err != nil {
+		return invalid("reason", err)
+	}
+	sub, err := s.store.PauseSubscriber(c.Request().Context(), c.Param("id"), reason)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/edgehook/edgehook/origin/store"
@@ -36,6 +37,20 @@ type Subscriber struct {
 type SecretInfo struct {
 	CreatedAt time.Time `json:"created_at"`
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
+}
+
+// SubscriberList is the answer to GET /v1/subscribers.
+type SubscriberList struct {
+	Subscribers []Subscriber `json:"subscribers"`
+}
+
+// NewSubscriberList renders subs.
+func NewSubscriberList(subs []*store.Subscriber) SubscriberList {
+	v := SubscriberList{Subscribers: make([]Subscriber, len(subs))}
+	for i, s := range subs {
+		v.Subscribers[i] = NewSubscriber(s)
+	}
+	return v
 }
 
 // SubscriberWithSecret is the answer to create and rotate-secret: the only two places a secret is
@@ -133,6 +148,20 @@ func NewDeliveryPage(p *store.DeliveryPage) DeliveryPage {
 		v.Deliveries[i] = NewDelivery(&p.Deliveries[i])
 	}
 	return v
+}
+
+// Event is a stored event: what every subscriber of its type is sent.
+type Event struct {
+	ID          string          `json:"id"`
+	Type        string          `json:"type"`
+	CoalesceKey string          `json:"coalesce_key,omitempty"`
+	CreatedAt   time.Time       `json:"created_at"`
+	Data        json.RawMessage `json:"data"` // the webhook body (encoding/json compacts it)
+}
+
+// NewEvent renders e.
+func NewEvent(e *store.Event) Event {
+	return Event{ID: e.ID, Type: e.Type, CoalesceKey: e.CoalesceKey, CreatedAt: e.CreatedAt.UTC(), Data: e.Body}
 }
 
 // EmitResult is the answer to one emitted event.

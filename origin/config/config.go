@@ -24,9 +24,15 @@ import (
 // EnvPrefix starts the name of every environment variable edgehook reads.
 const EnvPrefix = "EDGEHOOK_"
 
+// ConfigEnv names the config file when --config is not given.
+const ConfigEnv = EnvPrefix + "CONFIG"
+
 // annotation marks a flag as a setting that the environment and the config file may provide.
 // Command arguments such as `emit --type` are not settings and keep this mark off.
 const annotation = "edgehook.setting"
+
+// secretAnnotation marks a setting whose value is a secret: an error never quotes it.
+const secretAnnotation = "edgehook.secret"
 
 // MaxFileBytes bounds a config file; anything larger is a mistake (a wrong path).
 const MaxFileBytes = 1 << 20
@@ -41,6 +47,17 @@ func Mark(fs *pflag.FlagSet, names ...string) {
 	}
 }
 
+// MarkSecret declares the named settings of fs secrets (tokens, keys): a bad value read from the
+// environment or the config file is reported without the value, which would otherwise reach the
+// log (a token with a quote in it fails to parse as a list). It panics on an unknown name.
+func MarkSecret(fs *pflag.FlagSet, names ...string) {
+	for _, name := range names {
+		if err := fs.SetAnnotation(name, secretAnnotation, []string{"true"}); err != nil {
+			panic(err)
+		}
+	}
+}
+
 // IsSetting reports whether f was declared a setting with Mark.
 func IsSetting(f *pflag.Flag) bool {
 	_, ok := f.Annotations[annotation]
@@ -50,6 +67,22 @@ func IsSetting(f *pflag.Flag) bool {
 // EnvName returns the environment variable of a setting: "body-limit" → "EDGEHOOK_BODY_LIMIT".
 func EnvName(flag string) string {
 	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// UnknownEnv returns the EDGEHOOK_* variables of environ ("NAME=value" entries) that are not
+// ConfigEnv and name no setting (known reports whether a config file key is one). A misspelt
+// variable would otherwise be ignored without a word: EDGEHOOK_TOKENS for EDGEHOOK_TOKEN leaves
+// the API without authentication.
+func UnknownEnv(environ []string, known func(key string) bool) []string {
+	var unknown []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		key, ok := strings.CutPrefix(name, EnvPrefix)
+		if key = strings.ToLower(key); ok && name != ConfigEnv && (EnvName(key) != name || !known(key)) {
+			unknown = append(unknown, name)
+		}
+	}
+	return unknown
 }
 
 // FileKey returns the config file key of a setting: "body-limit" → "body_limit".
@@ -94,7 +127,7 @@ func objectMembers(data []byte) (map[string]json.RawMessage, error) {
 	if tok, err := dec.Token(); err != nil {
 		return nil, fmt.Errorf("not a JSON object: %w", err)
 	} else if tok != json.Delim('{') {
-		return nil, fmt.Errorf("not a JSON object: starts with %v", tok)
+		return nil, fmt.Errorf("not a JSON object: starts with %s", tokenKind(tok))
 	}
 	raw := map[string]json.RawMessage{}
 	for dec.More() {
@@ -119,6 +152,23 @@ func objectMembers(data []byte) (map[string]json.RawMessage, error) {
 		return nil, errors.New("unexpected data after the JSON object")
 	}
 	return raw, nil
+}
+
+// tokenKind names what a JSON document starts with, never quoting it: a file given by mistake may
+// hold anything, a secret or control bytes included.
+func tokenKind(tok json.Token) string {
+	switch t := tok.(type) {
+	case json.Delim:
+		return "an array"
+	case string:
+		return "a string"
+	case bool:
+		return fmt.Sprint(t)
+	case nil:
+		return "null"
+	default:
+		return "a number"
+	}
 }
 
 func sortedKeys(m map[string]json.RawMessage) []string {
@@ -183,15 +233,23 @@ func Apply(fs *pflag.FlagSet, lookup func(string) (string, bool), file File, fil
 		}
 		if v, ok := lookup(EnvName(f.Name)); ok {
 			if e := f.Value.Set(v); e != nil {
-				err = fmt.Errorf("invalid value %q for %s (--%s): %v", v, EnvName(f.Name), f.Name, e)
+				err = fmt.Errorf("invalid value %s for %s (--%s): %v", shown(f, v), EnvName(f.Name), f.Name, e)
 			}
 			return
 		}
 		if v, ok := file[FileKey(f.Name)]; ok {
 			if e := f.Value.Set(v); e != nil {
-				err = fmt.Errorf("config file %s: invalid value %q for %q (--%s): %v", fileName, v, FileKey(f.Name), f.Name, e)
+				err = fmt.Errorf("config file %s: invalid value %s for %q (--%s): %v", fileName, shown(f, v), FileKey(f.Name), f.Name, e)
 			}
 		}
 	})
 	return err
+}
+
+// shown is v as an error quotes it, unless f is a secret.
+func shown(f *pflag.Flag, v string) string {
+	if _, secret := f.Annotations[secretAnnotation]; secret {
+		return "(a secret, not shown)"
+	}
+	return strconv.Quote(v)
 }

@@ -170,3 +170,33 @@ func TestByteSize(t *testing.T) {
 		t.Errorf("String = %q", s)
 	}
 }
+
+func TestUnknownEnv(t *testing.T) {
+	t.Parallel()
+	environ := []string{"PATH=/bin", "EDGEHOOK_LISTEN=127.0.0.1:1", "EDGEHOOK_CONFIG=f.json", "EDGEHOOK_TOKENS=x",
+		"EDGEHOOK_listen=y", "EDGEHOOK_BODY_LIMIT=1MiB", "EDGEHOOK_TYPE=z", "EDGEHOOK_=", "EDGEHOOK_BODY-LIMIT=2"}
+	got := strings.Join(UnknownEnv(environ, known), " ")
+	if want := "EDGEHOOK_TOKENS EDGEHOOK_listen EDGEHOOK_TYPE EDGEHOOK_ EDGEHOOK_BODY-LIMIT"; got != want {
+		t.Errorf("UnknownEnv = %s, want %s", got, want)
+	}
+}
+
+// TestSecretValuesNotShown: a secret setting's bad value is reported without the value.
+func TestSecretValuesNotShown(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		env  map[string]string
+		file File
+	}{
+		{map[string]string{"EDGEHOOK_TOKEN": `s3cr"et`}, nil},
+		{nil, File{"token": `s3cr"et`}},
+	} {
+		var s settings
+		fs := newFlags(&s)
+		MarkSecret(fs, "token")
+		err := Apply(fs, env(c.env), c.file, "f.json")
+		if err == nil || strings.Contains(err.Error(), "s3cr") || !strings.Contains(err.Error(), "--token") {
+			t.Errorf("err = %v; want it to name --token and not show the value", err)
+		}
+	}
+}

@@ -238,14 +238,19 @@ const rescueInterval = time.Second
 // still be a claim that read the clock and then waited for the write lock, which refills nothing
 // (spendTokens). Older, the clock was set back: rebaseBucketsSQL makes such buckets refill from
 // the new reading on, or they would refill nothing, and their subscribers get nothing, until the
-// clock had caught up with the old readings again. A clock set back also delays by as much the
-// deadlines stored as times: backoffs, Retry-After pauses, circuit cool-downs, leases.
+// clock had caught up with the old readings again. The round robin's last claim times likewise:
+// those claimed since the clock went back would otherwise always come first. A clock set back
+// also delays by as much the deadlines stored as times: backoffs, Retry-After pauses, circuit
+// cool-downs, leases.
 const clockSlack = time.Minute
 
-// rebaseBucketsSQL moves to now (?1) the refill time of the buckets last refilled more than ?2 ms
-// after it: a scan of the limiter rows, one per subscriber, by the claims that look for expired
-// leases (a claim whose reading is older than the last one's always does: newClaim).
-const rebaseBucketsSQL = `UPDATE limiter SET refilled_at = ?1 WHERE refilled_at > ?1 + ?2`
+// rebaseBucketsSQL moves to now (?1) the refill times more than ?2 ms after it, and puts the last
+// claim times past that first in the round robin (0, as never claimed): a scan of the limiter
+// rows, one per subscriber, by the claims that look for expired leases (a claim whose reading is
+// older than the last one's always does: newClaim).
+const rebaseBucketsSQL = `UPDATE limiter SET refilled_at = CASE WHEN refilled_at > ?1 + ?2 THEN ?1 ELSE refilled_at END,
+	last_claim_at = CASE WHEN last_claim_at > ?1 + ?2 THEN 0 ELSE last_claim_at END
+	WHERE refilled_at > ?1 + ?2 OR last_claim_at > ?1 + ?2`
 
 // rescueExpired returns deliveries whose lease expired (their engine crashed or hung) to the queue
 // as a release would (pending, held if their subscriber was disabled meanwhile, superseded if a
@@ -275,11 +280,11 @@ func (s *Store) rescueExpired(ctx context.Context, tx *sql.Tx, now int64) (super
 // subscribers and new statuses: the rows leased, then the leased ranges' deliveries without one
 // (fanout deliveries, which no newer event supersedes).
 var rescueSQL = [...]string{
-	`UPDATE deliveries SET status = ` + returnedStatus + `, lease_token = '', lease_expires_at = 0, updated_at = ?1
-		WHERE ` + expiredSQL + ` RETURNING subscriber_id, status`,
-	`INSERT INTO deliveries(seq, event_seq, subscriber_id, status, next_attempt_at, age_from, created_at, updated_at)
+	`UPDATE deliveries SET status = ` + returnedStatus + `, reason = ` + returnedReason + `, lease_token = '', lease_expires_at = 0,
+		updated_at = ?1 WHERE ` + expiredSQL + ` RETURNING subscriber_id, status`,
+	`INSERT INTO deliveries(seq, event_seq, subscriber_id, status, reason, next_attempt_at, age_from, created_at, updated_at)
 		SELECT d.seq, d.event_seq, d.subscriber_id, CASE WHEN s.state = 'disabled' THEN 'held' ELSE 'pending' END,
-			d.next_attempt_at, d.age_from, d.created_at, ?1
+			CASE WHEN s.state = 'disabled' THEN s.state_reason ELSE '' END, d.next_attempt_at, d.age_from, d.created_at, ?1
 		FROM leased_deliveries d JOIN subscribers s ON s.id = d.subscriber_id WHERE d.lease_expires_at <= ?1
 		RETURNING subscriber_id, status`,
 }

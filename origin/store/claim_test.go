@@ -421,6 +421,80 @@ func TestAReleasedProbeIsTakenAgainAtOnce(t *testing.T) {
 	}
 }
 
+// TestAThrottledProbeIsTakenAgainAfterThePause: a probe answered 429 or 503 with Retry-After
+// (or rescheduled by the edge) said nothing about the subscriber's health: the next probe goes
+// once the pause is over, not only once the first probe's lease would have ended.
+func TestAThrottledProbeIsTakenAgainAfterThePause(t *testing.T) {
+	t.Parallel()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	emitN(t, s, "x", 5)
+	for range 3 { // threshold 3: the circuit opens
+		c := claim(t, s, clk.Now(), 1).Deliveries[0]
+		settle(t, s, clk.Now(), Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: "a", Result: ResultRetry, NextAttemptAt: clk.Now(), Circuit: CircuitFailure})
+	}
+	clk.Advance(time.Minute) // the cool-down
+	for i, r := range []Result{ResultRetry, ResultReschedule} {
+		probe := claim(t, s, clk.Now(), 10).Deliveries
+		if len(probe) != 1 || !probe[0].Probe {
+			t.Fatalf("probe %d: want one probe, got %d", i, len(probe))
+		}
+		it := done(probe[0], r)
+		it.NextAttemptAt, it.PauseUntil = clk.Now().Add(2*time.Second), clk.Now().Add(2*time.Second)
+		if r == ResultReschedule { // the edge's coalescing: no pause
+			it.PauseUntil = time.Time{}
+		}
+		settle(t, s, clk.Now(), it)
+		if r == ResultRetry {
+			if res := claim(t, s, clk.Now(), 10); len(res.Deliveries) != 0 {
+				t.Fatalf("a probe went out during the Retry-After pause")
+			}
+		}
+		clk.Advance(3 * time.Second) // the pause is over; the probe's lease had 57 s to run
+	}
+	if again := claim(t, s, clk.Now(), 10).Deliveries; len(again) != 1 || !again[0].Probe {
+		t.Fatalf("after the pause want one probe again, got %d", len(again))
+	}
+}
+
+// TestHeldDeliveriesCarryTheDisableReason: every delivery held while its subscriber is disabled
+// carries the reason it was disabled with (types.go), whichever way it came to be held: the
+// disable itself, a settle returning it unsent, the rescue of its expired lease, a manual retry.
+func TestHeldDeliveriesCarryTheDisableReason(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	emitN(t, s, "x", 4)
+	cs := claim(t, s, clk.Now(), 3).Deliveries
+	dead := done(cs[2], ResultDead)
+	dead.Reason = ReasonMaxAttempts
+	settle(t, s, clk.Now(), dead)
+	if _, err := s.setState(ctx, "a", StateDisabled, "410 Gone"); err != nil {
+		t.Fatal(err)
+	}
+	retry := done(cs[0], ResultRetry)
+	retry.NextAttemptAt = clk.Now()
+	settle(t, s, clk.Now(), retry)
+	clk.Advance(2 * time.Minute) // cs[1]'s lease ends
+	claim(t, s, clk.Now(), 10)
+	if _, err := s.RetryDelivery(ctx, cs[2].DeliveryID, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	page, err := s.ListDeliveries(ctx, DeliveryFilter{SubscriberID: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range page.Deliveries {
+		if d.Status != StatusHeld || d.Reason != "410 Gone" {
+			t.Errorf("%s (event %s): %s %q, want held \"410 Gone\"", d.ID, d.EventID, d.Status, d.Reason)
+		}
+	}
+	if len(page.Deliveries) != 4 {
+		t.Fatalf("%d deliveries, want 4", len(page.Deliveries))
+	}
+}
+
 func TestGoneHoldsDeliveriesUntilResume(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -568,6 +642,7 @@ func TestDueQueriesUseIndexes(t *testing.T) {
 		{claimRetriesSQL(2), []any{"t", 1, 1, "a", 1, 10, "b", 1, 10}, "deliveries_due_retry"},
 		{supersedeSQL, []any{1, `[["a","k"]]`}, "deliveries_coalesce"},
 		{markInFlightSQL, []any{ReasonNewerEvent, `[["a","k"]]`}, "deliveries_leased"},
+		{supersedeHeldSQL, []any{1, `[["a","k"]]`}, "deliveries_sub_settled"},
 		{`SELECT 1 FROM deliveries WHERE ` + expiredSQL, []any{1}, "deliveries_leased"},
 		{prunableSQL, []any{1}, "deliveries_status_settled"},
 		{prunableEventsSQL, []any{1, 0, 0}, "events_created"},
@@ -663,6 +738,33 @@ func TestABucketRefillsAfterTheClockWentBack(t *testing.T) {
 	clk.Advance(time.Second) // 10 tokens' worth, clamped at the burst
 	if got := len(claim(t, s, clk.Now(), 10).Deliveries); got != 2 {
 		t.Fatalf("claimed %d a second after the clock went back an hour, want the burst of 2", got)
+	}
+}
+
+// TestRoundRobinGoesOnAfterTheClockWentBack: claims serve the subscribers least recently claimed
+// first. With the clock set back, the ones claimed since would always come before those whose
+// last claim was before, which would then get nothing from claims smaller than their number
+// until the clock caught up.
+func TestRoundRobinGoesOnAfterTheClockWentBack(t *testing.T) {
+	t.Parallel()
+	s, clk := open(t, Options{})
+	for _, id := range []string{"a", "b", "c"} {
+		mustSub(t, s, SubscriberInput{ID: id, RatePerSec: MaxRatePerSec, Burst: MaxBurst, MaxInFlight: 100})
+	}
+	emitN(t, s, "x", 10)
+	if got := bySub(claim(t, s, clk.Now(), 3)); len(got) != 3 {
+		t.Fatalf("claimed %v, want one each", got)
+	}
+	clk.Advance(-time.Hour)
+	served := map[string]int{}
+	for range 3 {
+		clk.Advance(time.Second)
+		for id, n := range bySub(claim(t, s, clk.Now(), 1)) {
+			served[id] += n
+		}
+	}
+	if len(served) != 3 {
+		t.Fatalf("three claims of one after the clock went back served %v, want each subscriber once", served)
 	}
 }
 

@@ -225,19 +225,11 @@ func (s *Store) commitGroup(group []*emitReq) {
 		overflow, err = s.trimBacklogs(ctx, tx, p.pending)
 		return err
 	})
+	// Counted, and the engine woken, before the callers hear of the commit: one that then reads
+	// the counters sees its own, and one that then claims finds the wake-up taken with it.
 	if err == nil {
-		// Counted before the callers hear of the commit, so one that reads the counters then
-		// sees its own.
 		s.commits.Add(1)
 		s.counters.add(superseded, overflow)
-	}
-	for _, r := range group {
-		if err != nil {
-			r.results, r.err = nil, fmt.Errorf("emit: %w", err)
-		}
-		close(r.done)
-	}
-	if err == nil {
 		// Deliveries to paused subscribers cannot be claimed: waking the engine for them only put
 		// an empty claim transaction in the way of the next commit, once per commit.
 		if claimable > 0 {
@@ -246,6 +238,12 @@ func (s *Store) commitGroup(group []*emitReq) {
 			default:
 			}
 		}
+	}
+	for _, r := range group {
+		if err != nil {
+			r.results, r.err = nil, fmt.Errorf("emit: %w", err)
+		}
+		close(r.done)
 	}
 }
 
@@ -602,10 +600,12 @@ func (p *groupPlan) countDuplicates(ctx context.Context, tx *sql.Tx) error {
 	return rows.Err()
 }
 
-// supersedeStored supersedes the stored pending deliveries of every (subscriber, coalesce key) the
-// group emits, counted for the group's first event with that pair. Those in flight are marked
-// (ReasonNewerEvent) instead: one that comes back unsent, to be sent again, is superseded then
-// (settleSQL, rescueExpired), and not sent after the newer event.
+// supersedeStored supersedes the stored pending and held deliveries of every (subscriber,
+// coalesce key) the group emits, counted for the group's first event with that pair. Held ones
+// are those of a disabled subscriber paused since, which emits match: its resume would otherwise
+// queue them beside the newer ones. Those in flight are marked (ReasonNewerEvent) instead: one
+// that comes back unsent, to be sent again, is superseded then (settleSQL, rescueExpired), and not
+// sent after the newer event.
 func (p *groupPlan) supersedeStored(ctx context.Context, tx *sql.Tx, now int64) error {
 	if len(p.firstKey) == 0 {
 		return nil
@@ -618,20 +618,33 @@ func (p *groupPlan) supersedeStored(ctx context.Context, tx *sql.Tx, now int64) 
 	if _, err := p.s.exec(ctx, tx, markInFlightSQL, ReasonNewerEvent, string(data)); err != nil {
 		return err
 	}
-	rows, err := p.s.query(ctx, tx, supersedeSQL, now, string(data))
+	for _, q := range []string{supersedeSQL, supersedeHeldSQL} {
+		if err := p.supersede(ctx, tx, q, now, string(data)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// supersede runs one of supersedeStored's statements and counts what it superseded.
+func (p *groupPlan) supersede(ctx context.Context, tx *sql.Tx, q string, now int64, pairs string) error {
+	rows, err := p.s.query(ctx, tx, q, now, pairs)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var k [2]string
-		if err := rows.Scan(&k[0], &k[1]); err != nil {
+		var was Status
+		if err := rows.Scan(&k[0], &k[1], &was); err != nil {
 			return err
 		}
 		ref := p.firstKey[k]
 		ref.r.results[ref.i].Superseded++
 		p.superseded++
-		p.pending[k[0]]--
+		if was == StatusPending {
+			p.pending[k[0]]--
+		}
 	}
 	return rows.Err()
 }
@@ -642,7 +655,14 @@ func (p *groupPlan) supersedeStored(ctx context.Context, tx *sql.Tx, now int64) 
 const supersedeSQL = `UPDATE deliveries INDEXED BY deliveries_coalesce SET status = 'superseded', updated_at = ?1
 	FROM (SELECT value->>0 AS sub, value->>1 AS key FROM jsonb_each(?2)) AS j
 	WHERE deliveries.subscriber_id = j.sub AND deliveries.coalesce_key = j.key AND deliveries.status = 'pending' AND deliveries.coalesce_key <> ''
-	RETURNING deliveries.subscriber_id, deliveries.coalesce_key`
+	RETURNING deliveries.subscriber_id, deliveries.coalesce_key, 'pending'`
+
+// supersedeHeldSQL is supersedeSQL for held deliveries, through deliveries_sub_settled: a seek to
+// each subscriber's held ones, nearly always none.
+const supersedeHeldSQL = `UPDATE deliveries INDEXED BY deliveries_sub_settled SET status = 'superseded', updated_at = ?1
+	FROM (SELECT value->>0 AS sub, value->>1 AS key FROM jsonb_each(?2)) AS j
+	WHERE deliveries.subscriber_id = j.sub AND deliveries.status = 'held' AND ` + subSettledSQL + ` AND deliveries.coalesce_key = j.key
+	RETURNING deliveries.subscriber_id, deliveries.coalesce_key, 'held'`
 
 // markInFlightSQL marks (?1) the deliveries in flight with a coalesce key of the (subscriber, key)
 // pairs in a JSON array (?2), through deliveries_leased: the rows in flight, a few hundred at most.

@@ -216,9 +216,17 @@ func newSettleRow(it *Settlement) (settleRow, error) {
 // disabled, pending otherwise.
 const unsentStatus = `CASE WHEN (SELECT state FROM subscribers WHERE id = deliveries.subscriber_id) = 'disabled' THEN 'held' ELSE 'pending' END`
 
+// heldReason is the reason a delivery going back to the queue is held with: its subscriber's, if
+// disabled; NULL otherwise.
+const heldReason = `(SELECT state_reason FROM subscribers WHERE id = deliveries.subscriber_id AND state = 'disabled')`
+
 // returnedStatus is the status of a delivery in flight that comes back unsent: superseded if a
-// newer event with its coalesce key was emitted meanwhile (supersedeStored), else unsentStatus.
-const returnedStatus = `CASE WHEN deliveries.reason = '` + ReasonNewerEvent + `' THEN 'superseded' ELSE ` + unsentStatus + ` END`
+// newer event with its coalesce key was emitted meanwhile (supersedeStored), else unsentStatus;
+// returnedReason is its reason (a delivery in flight has none but that mark).
+const (
+	returnedStatus = `CASE WHEN deliveries.reason = '` + ReasonNewerEvent + `' THEN 'superseded' ELSE ` + unsentStatus + ` END`
+	returnedReason = `CASE WHEN deliveries.reason = '` + ReasonNewerEvent + `' THEN deliveries.reason ELSE coalesce(` + heldReason + `, '') END`
+)
 
 // settleDeliveries applies the rest of the batch (those not in done) to the rows leased with their
 // token, adds them to done with their new attempt counts, and adds the moves out of leased to c.
@@ -318,7 +326,8 @@ var settleLeasedSQL = chunkSQL(10, func(values string) string {
 		SELECT j.seq, e.seq, ls.subscriber_id,
 			CASE j.status WHEN 'unsent' THEN CASE WHEN (SELECT state FROM subscribers WHERE id = ls.subscriber_id) = 'disabled'
 				THEN 'held' ELSE 'pending' END ELSE j.status END,
-			CASE WHEN j.status = 'dead' THEN j.reason ELSE '' END, j.inc,
+			CASE j.status WHEN 'dead' THEN j.reason WHEN 'delivered' THEN ''
+				ELSE coalesce((SELECT state_reason FROM subscribers WHERE id = ls.subscriber_id AND state = 'disabled'), '') END, j.inc,
 			CASE WHEN j.next > 0 THEN j.next ELSE e.created_at END, e.created_at,
 			CASE WHEN j.keep_last = 1 THEN 0 ELSE j.code END, CASE WHEN j.keep_last = 1 THEN '' ELSE j.error END,
 			e.created_at, t.now, CASE WHEN j.status = 'delivered' THEN t.now ELSE 0 END
@@ -380,7 +389,7 @@ var settleSQL = chunkSQL(9, func(values string) string {
 			status = CASE j.status WHEN 'unsent' THEN ` + returnedStatus + ` ELSE j.status END,
 			attempts = deliveries.attempts + j.inc,
 			next_attempt_at = CASE WHEN j.next > 0 THEN j.next ELSE deliveries.next_attempt_at END,
-			reason = CASE j.status WHEN 'dead' THEN j.reason WHEN 'delivered' THEN '' ELSE deliveries.reason END,
+			reason = CASE j.status WHEN 'dead' THEN j.reason WHEN 'delivered' THEN '' ELSE ` + returnedReason + ` END,
 			last_status = CASE WHEN j.keep_last = 1 THEN deliveries.last_status ELSE j.code END,
 			last_error = CASE WHEN j.keep_last = 1 THEN deliveries.last_error ELSE j.error END,
 			delivered_at = CASE WHEN j.status = 'delivered' THEN t.now ELSE deliveries.delivered_at END,
@@ -441,7 +450,7 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 			}
 		}
 		for _, it := range bySub[id] {
-			news = news || !it.PauseUntil.IsZero() || it.Circuit != CircuitNone || it.Result == ResultRelease
+			news = news || !it.PauseUntil.IsZero() || it.Circuit != CircuitNone || it.Result == ResultRelease || it.Result == ResultReschedule
 		}
 		if news {
 			ids = append(ids, id)
@@ -496,9 +505,11 @@ func (st limiterState) apply(items []*Settlement, now time.Time, policy CircuitP
 	for _, it := range items {
 		st.Paused = max(st.Paused, ms(it.PauseUntil))
 		// While the circuit probes, its probe is the subscriber's one delivery in flight (the
-		// claim takes it only with none). Released unsent, it told nothing: the next claim may
-		// probe again, not only once the released lease would have ended (circuit_until).
-		if it.Result == ResultRelease && st.Circuit == "probing" {
+		// claim takes it only with none). Settled with no news of the subscriber's health
+		// (released unsent, throttled with Retry-After, rescheduled by the edge), the next claim
+		// may probe again, once a pause allows, not only once the first probe's lease would have
+		// ended (circuit_until).
+		if it.Circuit == CircuitNone && st.Circuit == "probing" {
 			st.Until = min(st.Until, ms(now))
 		}
 		switch it.Circuit {

@@ -2,6 +2,7 @@ package hostile
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -358,26 +359,33 @@ func TestHostileTokens(t *testing.T) {
 	rig.Record(t, "hostile-tokens", map[string]any{"requests": tried, "refused_401": refused})
 }
 
-// TestZeroRateIsTheDefault pins the documented meaning of zero: on create and on update, a zero
-// rate or burst takes the default (10/s, 20), it is never a rate of zero that would stall the
-// subscriber for ever.
-func TestZeroRateIsTheDefault(t *testing.T) {
+// TestZeroRateIsTheDefaultOrRefused pins the documented meaning of zero: on create, a zero rate
+// or burst takes the default (10/s, 20); on update, where leaving a field out keeps its value, a
+// zero is refused (422 naming the field) and changes nothing. Never a rate of zero that would
+// stall the subscriber for ever.
+func TestZeroRateIsTheDefaultOrRefused(t *testing.T) {
 	t.Parallel()
 	o := rig.Serve(t, filepath.Join(t.TempDir(), "edgehook.db"))
-	var created, updated struct {
+	type limits struct {
 		Rate  float64 `json:"rate_per_sec"`
 		Burst int     `json:"burst"`
 	}
+	var created, got limits
 	o.JSON(t, http.MethodPost, "/v1/subscribers", map[string]any{"id": "z", "url": "http://127.0.0.1:9/", "events": []string{"*"},
 		"rate_per_sec": 0, "burst": 0}, &created)
+	if created.Rate != 10 || created.Burst != 20 {
+		t.Errorf("zero rate and burst on create gave %v/s burst %d, want the defaults 10/s and 20", created.Rate, created.Burst)
+	}
 	o.JSON(t, http.MethodPatch, "/v1/subscribers/z", map[string]any{"rate_per_sec": 3, "burst": 4}, nil)
-	o.JSON(t, http.MethodPatch, "/v1/subscribers/z", map[string]any{"rate_per_sec": 0, "burst": 0}, &updated)
-	for _, got := range []struct {
-		Rate  float64 `json:"rate_per_sec"`
-		Burst int     `json:"burst"`
-	}{created, updated} {
-		if got.Rate != 10 || got.Burst != 20 {
-			t.Errorf("zero rate and burst gave %v/s burst %d, want the defaults 10/s and 20", got.Rate, got.Burst)
+	for _, field := range []string{"rate_per_sec", "burst"} {
+		body, _ := json.Marshal(map[string]any{field: 0})
+		r := o.Do(t, http.MethodPatch, "/v1/subscribers/z", body, nil)
+		if r.Status != http.StatusUnprocessableEntity || !strings.Contains(string(r.Body), `"field":"`+field+`"`) {
+			t.Errorf("PATCH %s 0: %d %s, want 422 naming the field", field, r.Status, r.Body)
 		}
+	}
+	o.JSON(t, http.MethodGet, "/v1/subscribers/z", nil, &got)
+	if got.Rate != 3 || got.Burst != 4 {
+		t.Errorf("after the refused updates %v/s burst %d, want 3/s and 4 kept", got.Rate, got.Burst)
 	}
 }

@@ -81,7 +81,7 @@ func TestHostileEdge(t *testing.T) {
 			after: func(h http.Header) {
 				fillHop(h, hop("dlv_empty", now))
 				h.Set(wire.HeaderHopSignature, "v1,")
-			}, status: 401, outcome: "rejected:bad_signature"},
+			}, status: 400, outcome: "rejected:malformed_header"},
 		{name: "no signature", hop: hop("dlv_nosig", now), signedBody: body, sentBody: body,
 			after: func(h http.Header) { fillHop(h, hop("dlv_nosig", now)) }, status: 400, outcome: "rejected:missing_header"},
 		{name: "subscriber swapped after signing", hop: hop("dlv_swapsub", now), signWith: good, signedBody: body, sentBody: body,

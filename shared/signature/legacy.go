@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // LegacyHeaders returns the names of the legacy profile's headers for prefix, e.g. "VVV" →
@@ -13,7 +14,9 @@ func LegacyHeaders(prefix string) (timestampHeader, signatureHeader string) {
 	return "X-" + prefix + "-Timestamp", "X-" + prefix + "-Signature"
 }
 
-// ValidateLegacyPrefix accepts 1–32 letters, digits and '-'.
+// ValidateLegacyPrefix accepts 1–32 letters, digits and '-', except "Forwarded" and "Forwarded-…"
+// in any case: their headers would be X-Forwarded-*, which the edge strips (with the proxies' own
+// X-Forwarded-For and the like), so a receiver behind it would never see its signature.
 func ValidateLegacyPrefix(prefix string) error {
 	if prefix == "" || len(prefix) > 32 {
 		return fmt.Errorf("legacy prefix %q must be 1 to 32 characters", prefix)
@@ -23,6 +26,9 @@ func ValidateLegacyPrefix(prefix string) error {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
 			return fmt.Errorf("legacy prefix %q may hold only letters, digits and '-'", prefix)
 		}
+	}
+	if lower := strings.ToLower(prefix); lower == "forwarded" || strings.HasPrefix(lower, "forwarded-") {
+		return fmt.Errorf("legacy prefix %q would name the headers X-%s-*, and X-Forwarded-* headers are stripped by the edge and by proxies", prefix, prefix)
 	}
 	return nil
 }

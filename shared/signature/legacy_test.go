@@ -41,6 +41,10 @@ func TestValidateLegacyPrefix(t *testing.T) {
 		{"V:V", "only letters, digits and '-'"},
 		{"VV\r\nX", "only letters, digits and '-'"},
 		{"Vé", "only letters, digits and '-'"},
+		{"Forwarded", "X-Forwarded-"},
+		{"forwarded-sig", "X-Forwarded-"},
+		{"Forwardedx", ""},
+		{"My-Forwarded", ""},
 	}
 	for _, tc := range tests {
 		err := signature.ValidateLegacyPrefix(tc.in)

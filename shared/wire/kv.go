@@ -102,8 +102,43 @@ func fieldErr(field, format string, args ...any) error {
 	return &FieldError{Field: field, Err: fmt.Errorf(format, args...)}
 }
 
-// Validate checks every field and returns a *FieldError naming the first that is wrong.
+// Validate checks every field and returns a *FieldError naming the first that is wrong, then that
+// the record's JSON, as SubscriberEntry stores it, is at most MaxRecordBytes: the edge refuses a
+// longer KV value, so such a record is refused where it is made (the origin validates with this),
+// not at every delivery as rejected:bad_record.
 func (r *SubscriberRecord) Validate() error {
+	if err := r.validateFields(); err != nil {
+		return err
+	}
+	if r.maxJSONLen() > MaxRecordBytes { // most records are far below: no need to encode them
+		if b, err := json.Marshal(r); err == nil && len(b) > MaxRecordBytes {
+			return fieldErr("record", "is %d bytes as JSON, the maximum is %d (the headers, URL and coalesce rule are too long)", len(b), MaxRecordBytes)
+		}
+	}
+	return nil
+}
+
+// maxJSONLen bounds the length of json.Marshal(r): a string byte takes at most six bytes (\u00XX),
+// and every field, header and pattern at most a few more for quotes, separators and numbers.
+func (r *SubscriberRecord) maxJSONLen() int {
+	n := len(r.URL)
+	for k, v := range r.Headers {
+		n += len(k) + len(v)
+	}
+	items := len(r.Headers)
+	if c := r.Coalesce; c != nil {
+		n += len(c.Key)
+		for _, s := range c.EventTypes {
+			n += len(s)
+		}
+		items += len(c.EventTypes)
+	}
+	return 6*n + 8*items + 256
+}
+
+// validateFields is Validate without the length of the JSON: the edge, which decodes a record,
+// checks the length of the value it read instead.
+func (r *SubscriberRecord) validateFields() error {
 	if err := ValidateURL(r.URL); err != nil {
 		return &FieldError{Field: "url", Err: err}
 	}
@@ -174,7 +209,7 @@ func DecodeSubscriberRecord(data []byte) (*SubscriberRecord, error) {
 		raw.Headers = nil // "headers": {} is the same record as no headers, and re-encodes as such
 	}
 	r := &SubscriberRecord{URL: *raw.URL, TimeoutMS: *raw.TimeoutMS, Headers: raw.Headers, Coalesce: raw.Coalesce, Active: *raw.Active}
-	if err := r.Validate(); err != nil {
+	if err := r.validateFields(); err != nil {
 		return nil, err
 	}
 	return r, nil

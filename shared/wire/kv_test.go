@@ -224,6 +224,39 @@ func TestKeys(t *testing.T) {
 	}
 }
 
+// TestRecordJSONLength: a record whose JSON would be longer than the edge accepts is refused by
+// Validate and so by SubscriberEntry, naming the record; one of exactly MaxRecordBytes goes
+// through the bulk file and decodes.
+func TestRecordJSONLength(t *testing.T) {
+	t.Parallel()
+	withHeader := func(n int) *wire.SubscriberRecord {
+		return &wire.SubscriberRecord{URL: "https://h.example/x", TimeoutMS: 1000, Active: true, Headers: map[string]string{"X-Big": strings.Repeat("<", n)}}
+	}
+	short, err := json.Marshal(withHeader(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fits := (wire.MaxRecordBytes - len(short)) / 6 // each '<' is \u003c in the JSON
+	pad := wire.MaxRecordBytes - len(short) - 6*fits
+	r := withHeader(fits)
+	r.URL += strings.Repeat("y", pad)
+	entry, err := wire.SubscriberEntry("sub_a", r)
+	if err != nil || len(entry.Value) != wire.MaxRecordBytes {
+		t.Fatalf("SubscriberEntry(a record of exactly %d bytes) = %d bytes, %v", wire.MaxRecordBytes, len(entry.Value), err)
+	}
+	if _, err := wire.DecodeSubscriberRecord([]byte(entry.Value)); err != nil {
+		t.Fatalf("the entry's value does not decode: %v", err)
+	}
+	r.URL += "y"
+	var fe *wire.FieldError
+	if err := r.Validate(); !errors.As(err, &fe) || fe.Field != "record" || !strings.Contains(err.Error(), "65537 bytes as JSON") {
+		t.Errorf("Validate(a record of %d bytes) = %v, want a record FieldError", wire.MaxRecordBytes+1, err)
+	}
+	if _, err := wire.SubscriberEntry("sub_a", r); err == nil {
+		t.Error("SubscriberEntry accepted a record the edge would refuse")
+	}
+}
+
 func TestBulk(t *testing.T) {
 	t.Parallel()
 	r, err := wire.DecodeSubscriberRecord([]byte(fullRecord))

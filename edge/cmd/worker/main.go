@@ -18,6 +18,7 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"syscall/js"
 
 	"github.com/syumai/workers"
@@ -47,7 +48,7 @@ type handler struct {
 // newHandler reads the configuration from the environment of the first request; bindings and vars
 // are the same for every request of an isolate.
 func newHandler() *handler {
-	cfg, err := relay.ParseConfig(cloudflare.Getenv)
+	cfg, err := relay.ParseConfig(getenv)
 	if err != nil {
 		return &handler{err: err}
 	}
@@ -65,4 +66,19 @@ func newHandler() *handler {
 		ReadAll:     readAll, // KV calls are promises: a request's reads overlap
 	})
 	return &handler{relay: r, err: err}
+}
+
+// getenv reads a var or secret as text. wrangler.toml may give a var as a number
+// (MAX_BODY_BYTES = 1048576, unquoted), which js.Value.String (and so cloudflare.Getenv) renders
+// as "<number: 1048576>": a number is written in decimal instead. Any other type keeps String's
+// rendering, which ParseConfig refuses, naming the setting.
+func getenv(name string) string {
+	switch v := cloudflare.GetBinding(name); v.Type() {
+	case js.TypeUndefined:
+		return ""
+	case js.TypeNumber:
+		return strconv.FormatFloat(v.Float(), 'f', -1, 64)
+	default:
+		return v.String()
+	}
 }

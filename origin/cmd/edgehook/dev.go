@@ -66,6 +66,10 @@ delivery as it arrives, and runs until Ctrl-C; emit more with curl against --lis
   ` + emitCurl("http://"+DefaultDevListen),
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// dev's API has no token, so it stays on loopback as serve's does without one.
+			if host, _, err := net.SplitHostPort(listen); err != nil || !isLoopback(host) {
+				return usagef("--listen: %q is not a loopback host:port; dev serves the API without a token", listen)
+			}
 			log, err := newLogger(os.Stderr)
 			if err != nil {
 				return err

@@ -39,11 +39,14 @@ in the database, so a drain may run beside serve or another drain on the same fi
 			if err != nil {
 				return err
 			}
-			st, err := openStore(cmd.Context())
+			st, err := openWritableStore(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer st.Close()
+			if err := warnNoEdge(cmd.Context(), st, cfg, log); err != nil {
+				return err
+			}
 			eng, err := engine.New(st, cfg, log, nil)
 			if err != nil {
 				return err

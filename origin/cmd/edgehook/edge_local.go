@@ -32,6 +32,7 @@ func (f *edgeLocalFlags) register(cmd *cobra.Command) {
 	fs.Var(&f.maxBody, "max-body", "largest request body the edge accepts")
 	fs.IntVar(&f.instances, "instances", harness.DefaultPool, "module instances, i.e. requests relayed at once")
 	config.Mark(fs, "edge-secret")
+	config.MarkSecret(fs, "edge-secret")
 }
 
 // harnessConfig checks the flags, naming the one at fault, and builds the harness configuration.

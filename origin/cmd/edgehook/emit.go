@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
 
 	"github.com/edgehook/edgehook/origin/api"
 	"github.com/edgehook/edgehook/origin/store"
+	"github.com/edgehook/edgehook/shared/wire"
 	"github.com/spf13/cobra"
 )
 
@@ -33,6 +35,10 @@ a running serve or the next drain sends them. The data is the webhook body, byte
 			}
 			return withStore(cmd, func(ctx context.Context, st *store.Store) error {
 				res, err := st.Emit(ctx, in)
+				var fe *wire.FieldError
+				if errors.As(err, &fe) && fe.Field == "body" && cmd.Flags().Changed("data-file") {
+					return usagef("--data-file: %v", fe.Err) // the data came from there, not --data
+				}
 				if err != nil {
 					return flagError(err)
 				}

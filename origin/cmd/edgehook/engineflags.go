@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
+	"log/slog"
 	"net/netip"
 	"time"
 
 	"github.com/edgehook/edgehook/origin/config"
 	"github.com/edgehook/edgehook/origin/engine"
+	"github.com/edgehook/edgehook/origin/store"
 	"github.com/edgehook/edgehook/shared/signature"
 	"github.com/edgehook/edgehook/shared/wire"
 	"github.com/spf13/pflag"
@@ -18,6 +21,10 @@ type engineFlags struct {
 	allowNetworks []string
 }
 
+// minPollInterval bounds how often an idle engine polls: at 1ns it kept a core busy, at 10ms
+// it takes a few percent of one.
+const minPollInterval = 10 * time.Millisecond
+
 var engineSettings = []string{"workers", "batch-size", "poll-interval", "lease-duration", "max-attempts", "max-age",
 	"backoff-base", "backoff-cap", "retry-after-cap", "circuit-threshold", "circuit-cooldown", "retention",
 	"edge-url", "edge-secret", "allow-network", "shutdown-grace"}
@@ -27,7 +34,7 @@ func (f *engineFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&c.Workers, "workers", engine.DefaultWorkers, "concurrent sends")
 	fs.IntVar(&c.BatchSize, "batch-size", engine.DefaultBatchSize, "deliveries claimed per transaction at most")
 	fs.DurationVar(&c.PollInterval, "poll-interval", engine.DefaultPollInterval, "how often an idle engine looks for due deliveries (writes through serve's own API wake it at once; other processes' writes and retries coming due wait for this)")
-	fs.DurationVar(&c.LeaseDuration, "lease-duration", engine.DefaultLeaseDuration, "how long a claim owns its deliveries (a crashed sender's are retried after it)")
+	fs.DurationVar(&c.LeaseDuration, "lease-duration", engine.DefaultLeaseDuration, "how long a claim owns its deliveries (a crashed sender's are retried after it); a send is cut at 3/4 of it, whatever the subscriber's timeout")
 	fs.IntVar(&c.MaxAttempts, "max-attempts", engine.DefaultMaxAttempts, "attempts before a delivery is dead")
 	fs.DurationVar(&c.MaxAge, "max-age", engine.DefaultMaxAge, "age after which a failing delivery is dead")
 	fs.DurationVar(&c.BackoffBase, "backoff-base", engine.DefaultBackoffBase, "retry backoff: random(0, min(cap, base*2^attempt))")
@@ -41,6 +48,7 @@ func (f *engineFlags) register(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&f.allowNetworks, "allow-network", nil, "internal networks direct mode may reach, e.g. 127.0.0.0/8 for local receivers (default: none)")
 	fs.DurationVar(&c.StopGrace, "shutdown-grace", engine.DefaultStopGrace, "how long requests and sends in flight may finish when stopping")
 	config.Mark(fs, engineSettings...)
+	config.MarkSecret(fs, "edge-secret")
 }
 
 // config checks the flags and returns the engine configuration, naming the flag at fault.
@@ -67,6 +75,8 @@ func (f *engineFlags) config() (engine.Config, error) {
 		}
 	}
 	switch {
+	case c.PollInterval < minPollInterval:
+		return c, usagef("--poll-interval: %s is below %s (an idle engine would spin on the database)", c.PollInterval, minPollInterval)
 	case c.LeaseDuration < time.Second:
 		return c, usagef("--lease-duration: %s is below 1s", c.LeaseDuration)
 	case c.BackoffCap < c.BackoffBase:
@@ -99,4 +109,27 @@ func (f *engineFlags) config() (engine.Config, error) {
 	}
 	c.Version = Version()
 	return c, nil
+}
+
+// warnNoEdge logs the active subscribers in edge mode when no --edge-url is set: the engine
+// cannot build their requests, so each attempt fails and their deliveries end dead.
+func warnNoEdge(ctx context.Context, st *store.Store, cfg engine.Config, log *slog.Logger) error {
+	if cfg.EdgeURL != "" {
+		return nil
+	}
+	subs, err := st.ListSubscribers(ctx)
+	if err != nil {
+		return err
+	}
+	var ids []string
+	for _, s := range subs {
+		if s.Mode == store.ModeEdge && s.State == store.StateActive {
+			ids = append(ids, s.ID)
+		}
+	}
+	if len(ids) > 0 {
+		log.Warn("subscribers in edge mode but no --edge-url (EDGEHOOK_EDGE_URL): their deliveries fail until it is set",
+			"subscribers", ids)
+	}
+	return nil
 }

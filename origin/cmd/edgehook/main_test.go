@@ -63,9 +63,10 @@ type result struct {
 
 // cli runs the binary in its own working directory with a clean environment.
 type cli struct {
-	t   *testing.T
-	dir string
-	env []string
+	t        *testing.T
+	dir      string
+	env      []string
+	asNobody bool // run as the user nobody (the test runs as root)
 }
 
 func newCLI(t *testing.T) *cli {
@@ -81,6 +82,9 @@ func (c *cli) command(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = c.dir
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + c.dir}, c.env...)
+	if c.asNobody {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	}
 	return cmd
 }
 
@@ -134,11 +138,15 @@ func TestVersionAndHelp(t *testing.T) {
 	if out := c.ok("version"); !strings.HasPrefix(out, "edgehook ") {
 		t.Fatalf("version printed %q", out)
 	}
+	broken := &cli{t: t, dir: c.dir, env: []string{"EDGEHOOK_CONFIG=missing.json", "EDGEHOOK_LOG_LEVEL=loud"}}
+	if out := broken.ok("version"); !strings.HasPrefix(out, "edgehook ") {
+		t.Fatalf("version with broken settings printed %q", out)
+	}
 	commands := [][]string{{}, {"serve"}, {"drain"}, {"emit"}, {"migrate"}, {"version"},
 		{"subscribers"}, {"subscribers", "add"}, {"subscribers", "list"}, {"subscribers", "show"}, {"subscribers", "update"},
 		{"subscribers", "pause"}, {"subscribers", "resume"}, {"subscribers", "rotate-secret"}, {"subscribers", "remove"},
 		{"deliveries"}, {"deliveries", "list"}, {"deliveries", "show"}, {"deliveries", "retry"},
-		{"dead"}, {"dead", "list"}, {"dead", "replay"}, {"stats"}, {"edge"}, {"edge", "export-kv"}}
+		{"dead"}, {"dead", "list"}, {"dead", "replay"}, {"events"}, {"events", "show"}, {"stats"}, {"edge"}, {"edge", "export-kv"}}
 	for _, args := range commands {
 		out := c.ok(append(args, "--help")...)
 		if !strings.Contains(out, "Usage:") {
@@ -157,6 +165,9 @@ func TestBadInput(t *testing.T) {
 	c := newCLI(t)
 	badConfig := filepath.Join(c.dir, "bad.json")
 	if err := os.WriteFile(badConfig, []byte(`{"listen":"127.0.0.1:1","colour":"red"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(badConfig+".notjson", []byte(`{"a":`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
@@ -178,12 +189,16 @@ func TestBadInput(t *testing.T) {
 		{nil, []string{"serve", "--edge-url", "ftp://edge.example", "--edge-secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, 2, "--edge-url"},
 		{nil, []string{"drain", "--edge-url", "edge.example", "--edge-secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, 2, "--edge-url"},
 		{nil, []string{"drain", "--retry-after-cap", "1000h"}, 2, "--retry-after-cap"},
+		{nil, []string{"drain", "--poll-interval", "1ns"}, 2, "--poll-interval"},
+		{nil, []string{"serve", "--poll-interval", "5ms"}, 2, "--poll-interval"},
 		{nil, []string{"serve", "--listen", "127.0.0.1:99999"}, 2, "--listen"},
+		{nil, []string{"dev", "--listen", "0.0.0.0:18080"}, 2, "--listen"},
 		{nil, []string{"serve", "--edge-url", "https://edge.example", "--edge-secret", "nope"}, 2, "--edge-secret"},
 		{nil, []string{"serve", "--body-limit", "lots"}, 2, "--body-limit"},
 		{nil, []string{"--log-format", "xml", "migrate"}, 2, "--log-format"},
 		{nil, []string{"--synchronous", "sometimes", "migrate"}, 2, "--synchronous"},
 		{[]string{"EDGEHOOK_BUSY_TIMEOUT=soon"}, []string{"migrate"}, 2, "EDGEHOOK_BUSY_TIMEOUT"},
+		{nil, []string{"--busy-timeout", "500us", "migrate"}, 2, "--busy-timeout"},
 		{[]string{"EDGEHOOK_CONFIG=" + badConfig}, []string{"migrate"}, 2, `"colour": unknown setting`},
 		{nil, []string{"--config", "missing.json", "migrate"}, 2, "config file"},
 		{nil, []string{"emit", "--type", "a.b"}, 2, "--data"},
@@ -191,6 +206,7 @@ func TestBadInput(t *testing.T) {
 		{nil, []string{"emit", "--type", "a b", "--data", "1"}, 2, "--type"},
 		{nil, []string{"emit", "--type", "a.b", "--data", "{"}, 2, "--data"},
 		{nil, []string{"emit", "--type", "a.b", "--data-file", "missing.json"}, 2, "--data-file"},
+		{nil, []string{"emit", "--type", "a.b", "--data-file", badConfig + ".notjson"}, 2, "--data-file: is not valid JSON"},
 		{nil, []string{"subscribers", "add", "--url", "ftp://x", "--events", "*"}, 2, "--url"},
 		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "a..b"}, 2, "--events"},
 		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--rate", "-1"}, 2, "--rate"},
@@ -204,6 +220,7 @@ func TestBadInput(t *testing.T) {
 		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--timeout", "-5s"}, 2, "--timeout: -5s"},
 		{nil, []string{"subscribers", "add", "--url", "https://x.example", "--events", "*", "--rate", "0"}, 2, "--rate"},
 		{nil, []string{"subscribers", "update", "x", "--burst", "0"}, 2, "--burst"},
+		{nil, []string{"subscribers", "update", "x", "--coalesce-types", "*", "--coalesce-key", "k", "--coalesce-window", "48h"}, 2, "--coalesce-window: 48h0m0s is above 24h0m0s"},
 		{nil, []string{"subscribers", "update", "x", "--max-in-flight", "0"}, 2, "--max-in-flight"},
 		{nil, []string{"subscribers", "update", "x", "--timeout", "0s"}, 2, "--timeout"},
 		{nil, []string{"subscribers", "show"}, 2, "ID"},
@@ -232,6 +249,23 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// TestSecretNotInErrors: a token that fails to parse (a quote in a comma-separated list) is
+// reported naming the variable or key, never with its value, which would land in the journal.
+func TestSecretNotInErrors(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	if err := os.WriteFile(filepath.Join(c.dir, "edgehook.json"), []byte(`{"token": "fr\"om-file"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, env := range []string{`EDGEHOOK_TOKEN=s3cr"et`, "EDGEHOOK_CONFIG=edgehook.json"} {
+		c.env = []string{env}
+		r := c.run("serve", "--listen", "127.0.0.1:0")
+		if r.code != 2 || !strings.Contains(r.stderr, "token") || strings.Contains(r.stderr, "s3cr") || strings.Contains(r.stderr, "om-file") {
+			t.Errorf("%s: exit %d, stderr %q; want exit 2 naming the token setting without its value", env, r.code, r.stderr)
+		}
+	}
+}
+
 // TestSettingsPrecedence: a flag beats the environment, which beats the config file.
 func TestSettingsPrecedence(t *testing.T) {
 	t.Parallel()
@@ -249,6 +283,14 @@ func TestSettingsPrecedence(t *testing.T) {
 	}
 	if out := c.ok("migrate", "--db", "flag.db"); out != "flag.db: schema up to date\n" {
 		t.Fatalf("flag: %q", out)
+	}
+	// A misspelt variable is not silently ignored; the known ones raise no warning.
+	if r := c.run("migrate"); r.code != 0 || r.stderr != "" {
+		t.Fatalf("known variables only: %+v", r)
+	}
+	c.env = append(c.env, "EDGEHOOK_TOKENS=t0ken")
+	if r := c.run("migrate"); r.code != 0 || !strings.Contains(r.stderr, "variable=EDGEHOOK_TOKENS") || strings.Count(r.stderr, "\n") != 1 {
+		t.Fatalf("misspelt variable: %+v", r)
 	}
 	for _, f := range []string{"file.db", "env.db", "flag.db"} {
 		if _, err := os.Stat(filepath.Join(c.dir, f)); err != nil {
@@ -277,9 +319,9 @@ func TestSubscriberCommands(t *testing.T) {
 	if !strings.HasPrefix(table, "ID") || !strings.Contains(table, "shop") || !strings.Contains(table, "https://d.example/in") {
 		t.Fatalf("list table:\n%s", table)
 	}
-	var list []api.Subscriber
+	var list api.SubscriberList // the shape of GET /v1/subscribers
 	c.okJSON(&list, "subscribers", "list", "--json")
-	if len(list) != 2 {
+	if len(list.Subscribers) != 2 {
 		t.Fatalf("list --json = %+v", list)
 	}
 	for _, args := range [][]string{{"subscribers", "show", "shop"}, {"subscribers", "list", "--json"}, {"subscribers", "list"}} {
@@ -302,14 +344,25 @@ func TestSubscriberCommands(t *testing.T) {
 	if c.okJSON(&unchanged, "subscribers", "show", "shop"); unchanged.RatePerSec != 50 {
 		t.Fatalf("a refused update changed the rate: %+v", unchanged)
 	}
+	var unheaded api.Subscriber
+	if c.okJSON(&unheaded, "subscribers", "update", "shop", "--no-headers"); len(unheaded.Headers) != 0 || unheaded.RatePerSec != 50 {
+		t.Fatalf("--no-headers = %+v", unheaded)
+	}
+	if r := c.run("subscribers", "update", "shop", "--no-headers", "--header", "X-A: 1"); r.code != 2 || !strings.Contains(r.stderr, "--no-headers") {
+		t.Fatalf("--no-headers with --header: %+v", r)
+	}
+	c.ok("subscribers", "update", "shop", "--header", "X-Team: growth") // as before, for export-kv below
 	var uncoalesced api.Subscriber
 	c.okJSON(&uncoalesced, "subscribers", "update", "shop", "--no-coalesce")
 	if uncoalesced.Coalesce != nil || uncoalesced.RatePerSec != 50 {
 		t.Fatalf("--no-coalesce = %+v", uncoalesced)
 	}
-	c.okJSON(&sub, "subscribers", "pause", "shop")
-	if sub.State != "paused" {
+	c.okJSON(&sub, "subscribers", "pause", "shop", "--reason", "receiver migrating")
+	if sub.State != "paused" || sub.StateReason != "receiver migrating" {
 		t.Fatalf("paused = %+v", sub)
+	}
+	if r := c.run("subscribers", "pause", "shop", "--reason", "a\x07b"); r.code != 2 || !strings.Contains(r.stderr, "--reason") {
+		t.Fatalf("pause --reason with a control character: %+v", r)
 	}
 	c.okJSON(&sub, "subscribers", "resume", "shop")
 	if sub.State != "active" {
@@ -342,6 +395,17 @@ func TestSubscriberCommands(t *testing.T) {
 	all, err := wire.DecodeBulk([]byte(c.ok("edge", "export-kv", "--all")))
 	if err != nil || len(all) != 2 {
 		t.Fatalf("export-kv --all: %d entries, %v", len(all), err)
+	}
+
+	// A drain (or serve) without --edge-url says that the edge-mode subscriber's deliveries
+	// cannot be sent, instead of letting them fail quietly until they are dead.
+	warning := regexp.MustCompile(`"level":"WARN","msg":"[^"]*--edge-url[^"]*","subscribers":\["shop"\]`)
+	if r := c.run("drain", "--until-idle", "--log-format", "json"); r.code != 0 || !warning.MatchString(r.stderr) {
+		t.Fatalf("drain without --edge-url: %+v", r)
+	}
+	if r := c.run("drain", "--until-idle", "--log-format", "json", "--edge-url", "https://edge.example",
+		"--edge-secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"); r.code != 0 || strings.Contains(r.stderr, "WARN") {
+		t.Fatalf("drain with --edge-url: %+v", r)
 	}
 
 	if r := c.ok("subscribers", "remove", "direct"); !strings.Contains(r, `"removed": "direct"`) {
@@ -424,6 +488,17 @@ func TestEmitDrainAndDeadLetters(t *testing.T) {
 	r := c.runIn(`{"from":"stdin"}`, "emit", "--type", "video.rank_updated", "--data-file", "-")
 	if r.code != 0 {
 		t.Fatalf("emit from stdin: %+v", r)
+	}
+	// events show: the event as GET /v1/events/{id} has it; --data, the body byte for byte.
+	var ev api.Event
+	if c.okJSON(&ev, "events", "show", "evt_1"); ev.ID != "evt_1" || ev.Type != "video.trending" || ev.CreatedAt.IsZero() {
+		t.Fatalf("events show = %+v", ev)
+	}
+	if out := c.ok("events", "show", "--data", "evt_1"); out != data {
+		t.Fatalf("events show --data printed %q, want %q", out, data)
+	}
+	if r := c.run("events", "show", "evt_none"); r.code != 1 || !strings.Contains(r.stderr, "not found") {
+		t.Fatalf("events show of no event: %+v", r)
 	}
 
 	table := c.ok("deliveries", "list", "--status", "pending")
@@ -687,17 +762,14 @@ func TestLockedDatabase(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
 	c.ok("migrate")
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(c.dir, "edgehook.db"))
+	// Another process's write transaction: BEGIN IMMEDIATE takes the write lock at once.
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(c.dir, "edgehook.db")+"?_txlock=immediate")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	conn, err := db.Conn(context.Background())
+	tx, err := db.Begin()
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
 		t.Fatal(err)
 	}
 	r := c.run("--busy-timeout", "100ms", "emit", "--id", "locked", "--type", "a.b", "--data", "1")
@@ -705,11 +777,52 @@ func TestLockedDatabase(t *testing.T) {
 		!strings.Contains(line, "locked") || !strings.Contains(line, "--busy-timeout 100ms") {
 		t.Fatalf("emit on a locked database: exit %d, stderr %q; want exit 1 and one line naming --busy-timeout", r.code, r.stderr)
 	}
-	if _, err := conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
+	if err := tx.Rollback(); err != nil {
 		t.Fatal(err)
 	}
 	var again api.EmitResult
 	if c.okJSON(&again, "emit", "--id", "locked", "--type", "a.b", "--data", "1"); again.Duplicate {
 		t.Fatal("the refused event was written")
+	}
+}
+
+// TestReadOnlyDatabase: serve and drain, which must write the file, refuse at once a database
+// this process may only read, with exit 1 and one line saying so; the data commands that only
+// read it still work. As root, which file modes do not stop, the commands run as nobody.
+func TestReadOnlyDatabase(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	c.ok("migrate")
+	db := filepath.Join(c.dir, "edgehook.db")
+	if os.Geteuid() == 0 {
+		// nobody must reach the binary and the directory (for the WAL's files), not write the file.
+		for _, dir := range []string{filepath.Dir(bin), filepath.Dir(c.dir)} {
+			if err := os.Chmod(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Chmod(c.dir, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		c.asNobody = true
+	} else if err := os.Chmod(db, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"drain", "--for", "5s"}, {"serve", "--listen", "127.0.0.1:0"}} {
+		// Bounded, so that a serve which starts anyway fails the test rather than holding it.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		var stderr bytes.Buffer
+		cmd := c.command(ctx, args...)
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		timedOut := ctx.Err() != nil
+		cancel()
+		line := strings.TrimSuffix(stderr.String(), "\n")
+		if ee, ok := err.(*exec.ExitError); timedOut || !ok || ee.ExitCode() != 1 || strings.Contains(line, "\n") || !strings.Contains(line, "may not write it") {
+			t.Errorf("%s on a read-only database: %v, stderr %q; want exit 1 at once and one line saying it", args[0], err, stderr.String())
+		}
+	}
+	if r := c.run("subscribers", "list"); r.code != 0 {
+		t.Errorf("subscribers list on a read-only database: %+v", r)
 	}
 }

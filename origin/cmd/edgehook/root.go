@@ -48,8 +48,8 @@ through the edge relay, with rate limits, retries and dead letters.
 
 Settings come from flags, then EDGEHOOK_* environment variables (--body-limit is
 EDGEHOOK_BODY_LIMIT), then the JSON config file named by --config (keys like "body_limit").
-The data commands (emit, subscribers, deliveries, dead, stats, edge export-kv, migrate) work
-directly on the database file, so they need no running server.`,
+The data commands (emit, events, subscribers, deliveries, dead, stats, edge export-kv, migrate)
+work directly on the database file, so they need no running server.`,
 	SilenceUsage:  true,
 	SilenceErrors: true,
 }
@@ -76,7 +76,7 @@ func init() {
 func loadSettings(cmd *cobra.Command, _ []string) error {
 	path := global.configPath
 	if !cmd.Flags().Changed("config") {
-		path = os.Getenv("EDGEHOOK_CONFIG")
+		path = os.Getenv(config.ConfigEnv)
 	}
 	var file config.File
 	if path != "" {
@@ -88,8 +88,12 @@ func loadSettings(cmd *cobra.Command, _ []string) error {
 	if err := config.Apply(cmd.Flags(), os.LookupEnv, file, path); err != nil {
 		return usageError{err}
 	}
-	if _, err := newLogger(io.Discard); err != nil {
+	log, err := newLogger(os.Stderr)
+	if err != nil {
 		return err
+	}
+	for _, name := range config.UnknownEnv(os.Environ(), knownSetting) {
+		log.Warn("this environment variable is no edgehook setting; ignored (misspelt?)", "variable", name)
 	}
 	return checkGlobal()
 }
@@ -101,8 +105,8 @@ func checkGlobal() error {
 		return usagef("--db: must name a database file")
 	case !strings.EqualFold(global.synchronous, store.SyncNormal) && !strings.EqualFold(global.synchronous, store.SyncFull):
 		return usagef("--synchronous: %q is not NORMAL or FULL", global.synchronous)
-	case global.busyTimeout <= 0:
-		return usagef("--busy-timeout: must be positive, not %s", global.busyTimeout)
+	case global.busyTimeout < time.Millisecond: // SQLite counts it in whole milliseconds: less would not wait at all
+		return usagef("--busy-timeout: %s is below 1ms", global.busyTimeout)
 	case global.bodyLimit < 1024:
 		return usagef("--body-limit: %s is below the minimum of 1KiB", global.bodyLimit)
 	case global.backlogCap < 1:
@@ -119,6 +123,25 @@ func openStore(ctx context.Context) (*store.Store, error) {
 		MaxBodyBytes: int(global.bodyLimit), BacklogCap: global.backlogCap, GlobalCap: global.queueCap})
 	if err != nil {
 		return nil, fmt.Errorf("open database %s: %w", global.db, err)
+	}
+	return st, nil
+}
+
+// sqliteReadOnly is SQLite's primary result code for a write to a database opened read-only.
+const sqliteReadOnly = 8
+
+// openWritableStore opens the database for serve and drain, which must write it: a file this
+// process may only read is an error at once, instead of a claim failure logged at every poll.
+// A lock held by another process is not: it passes.
+func openWritableStore(ctx context.Context) (*store.Store, error) {
+	st, err := openStore(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var coded interface{ Code() int }
+	if err := st.Ping(ctx); errors.As(err, &coded) && coded.Code()&0xff == sqliteReadOnly {
+		st.Close()
+		return nil, fmt.Errorf("open database %s: this process may not write it (file or directory permissions?): %w", global.db, err)
 	}
 	return st, nil
 }

@@ -49,6 +49,7 @@ Listening on anything but a loopback address requires at least one --token.`,
 	serveFlags.batchBodyLimit = api.DefaultBatchBodyLimit
 	f.Var(&serveFlags.batchBodyLimit, "batch-body-limit", "largest POST /v1/events/batch body")
 	config.Mark(f, "listen", "token", "batch-body-limit")
+	config.MarkSecret(f, "token")
 	serveFlags.engine.register(f)
 	rootCmd.AddCommand(cmd)
 }
@@ -106,11 +107,14 @@ func runServe(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	ctx := cmd.Context()
-	st, err := openStore(ctx)
+	st, err := openWritableStore(ctx)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	if err := warnNoEdge(ctx, st, engCfg, log); err != nil {
+		return err
+	}
 
 	reg := newRegistry()
 	eng, err := engine.New(st, engCfg, log, reg)

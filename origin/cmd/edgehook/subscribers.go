@@ -23,7 +23,7 @@ type subscriberFlags struct {
 	timeout                              time.Duration
 	coalesceKey                          string
 	coalesceWindow                       time.Duration
-	noCoalesce                           bool
+	noCoalesce, noHeaders                bool
 }
 
 func (f *subscriberFlags) register(fs *pflag.FlagSet, creating bool) {
@@ -39,12 +39,17 @@ func (f *subscriberFlags) register(fs *pflag.FlagSet, creating bool) {
 	fs.IntVar(&f.burst, "burst", 0, fmt.Sprintf("token bucket size (default %d)", store.DefaultBurst))
 	fs.IntVar(&f.maxInFlight, "max-in-flight", 0, fmt.Sprintf("concurrent deliveries at most (default %d)", store.DefaultMaxInFlight))
 	fs.DurationVar(&f.timeout, "timeout", 0, fmt.Sprintf("per-request timeout (default %s)", wire.DefaultTimeout))
-	fs.StringArrayVar(&f.headers, "header", nil, `extra request header "Name: value" (repeatable)`)
+	headerUsage := `extra request header "Name: value" (repeatable)`
+	if !creating {
+		headerUsage = `extra request headers "Name: value" (repeatable); they replace all the subscriber's extra headers`
+	}
+	fs.StringArrayVar(&f.headers, "header", nil, headerUsage)
 	fs.StringSliceVar(&f.coalesceTypes, "coalesce-types", nil, "event patterns whose deliveries coalesce (latest wins)")
 	fs.StringVar(&f.coalesceKey, "coalesce-key", "", "payload field whose value is the coalesce key, e.g. video_id")
 	fs.DurationVar(&f.coalesceWindow, "coalesce-window", 0, "at most one forward per key per window at the edge, e.g. 30s")
 	if !creating {
 		fs.BoolVar(&f.noCoalesce, "no-coalesce", false, "remove coalescing")
+		fs.BoolVar(&f.noHeaders, "no-headers", false, "remove the extra request headers")
 	}
 }
 
@@ -97,6 +102,9 @@ func (f *subscriberFlags) coalesceRule(fs *pflag.FlagSet) (*wire.CoalesceRule, e
 	}
 	if f.coalesceWindow%time.Second != 0 {
 		return nil, usagef("--coalesce-window: %s is not a whole number of seconds", f.coalesceWindow)
+	}
+	if f.coalesceWindow > wire.MaxCoalesceWindow { // the store would say it in bare seconds
+		return nil, usagef("--coalesce-window: %s is above %s", f.coalesceWindow, wire.MaxCoalesceWindow)
 	}
 	return &wire.CoalesceRule{EventTypes: f.coalesceTypes, Key: f.coalesceKey, WindowSeconds: int64(f.coalesceWindow / time.Second)}, nil
 }
@@ -155,7 +163,13 @@ func (f *subscriberFlags) patch(fs *pflag.FlagSet) (store.SubscriberPatch, error
 		ms := f.timeout.Milliseconds()
 		p.TimeoutMS = &ms
 	}
-	if set("header") {
+	switch {
+	case f.noHeaders && set("header"):
+		return p, usagef("--no-headers conflicts with --header")
+	case f.noHeaders:
+		none := map[string]string{}
+		p.Headers = &none
+	case set("header"):
 		h, err := f.parsedHeaders()
 		if err != nil {
 			return p, err
@@ -215,23 +229,20 @@ func init() {
 				if err != nil {
 					return err
 				}
-				views := make([]api.Subscriber, len(subs))
-				for i, s := range subs {
-					views[i] = api.NewSubscriber(s)
-				}
+				list := api.NewSubscriberList(subs)
 				if listJSON {
-					return printJSON(cmd.OutOrStdout(), views)
+					return printJSON(cmd.OutOrStdout(), list)
 				}
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tSTATE\tMODE\tEVENTS\tURL")
-				for _, s := range views {
+				for _, s := range list.Subscribers {
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.ID, s.State, s.Mode, strings.Join(s.Events, ","), s.URL)
 				}
 				return tw.Flush()
 			})
 		},
 	}
-	listCmd.Flags().BoolVar(&listJSON, "json", false, "print JSON instead of a table")
+	listCmd.Flags().BoolVar(&listJSON, "json", false, "print the JSON of GET /v1/subscribers instead of a table")
 
 	showCmd := idCommand("show ID", "Show one subscriber (never its secrets)", func(ctx context.Context, st *store.Store, id string) (any, error) {
 		sub, err := st.GetSubscriber(ctx, id)
@@ -263,13 +274,19 @@ func init() {
 	}
 	upd.register(updateCmd.Flags(), false)
 
+	var pauseReason string
 	pauseCmd := idCommand("pause ID", "Stop sending to a subscriber; its deliveries keep queueing", func(ctx context.Context, st *store.Store, id string) (any, error) {
-		sub, err := st.PauseSubscriber(ctx, id, "paused by an operator")
+		reason, err := api.PauseReason(pauseReason)
+		if err != nil {
+			return nil, usagef("--reason: %v", err)
+		}
+		sub, err := st.PauseSubscriber(ctx, id, reason)
 		if err != nil {
 			return nil, err
 		}
 		return api.NewSubscriber(sub), nil
 	})
+	pauseCmd.Flags().StringVar(&pauseReason, "reason", "", "why, shown as the subscriber's state_reason (default \""+api.DefaultPauseReason+"\")")
 	resumeCmd := idCommand("resume ID", "Send to a paused or disabled subscriber again", func(ctx context.Context, st *store.Store, id string) (any, error) {
 		sub, err := st.ResumeSubscriber(ctx, id)
 		if err != nil {

@@ -27,6 +27,9 @@ func init() {
 		Use:   "version",
 		Short: "Print the version of this binary",
 		Args:  noArgs,
+		// Answers whatever the settings hold: it reads none, and it is what an operator runs
+		// first when something is wrong.
+		PersistentPreRunE: func(*cobra.Command, []string) error { return nil },
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			_, err := fmt.Fprintf(cmd.OutOrStdout(), "edgehook %s (%s, %s/%s)\n", Version(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 			return err

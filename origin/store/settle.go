@@ -239,30 +239,7 @@ func (s *Store) settleDeliveries(ctx context.Context, tx *sql.Tx, batch []settle
 			rest = append(rest, r)
 		}
 	}
-	args := make([]any, 0, 1+9*len(rest))
-	return padded(len(rest), func(k, lo, hi int) error {
-		args = append(args[:0], now)
-		for _, r := range rest[lo:hi] {
-			args = append(args, r.Seq, r.Token, r.Status, r.Inc, r.Next, r.Reason, r.KeepLast, r.Code, r.Error)
-		}
-		rows, err := s.query(ctx, tx, settleSQL[k], padNulls(args, k, hi-lo, 9)...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var seq int64
-			var attempts int
-			var sub string
-			var status Status
-			if err := rows.Scan(&seq, &attempts, &sub, &status); err != nil {
-				return err
-			}
-			done[seq] = attempts
-			c.move(sub, StatusLeased, status, 1)
-		}
-		return rows.Err()
-	})
+	return s.writeSettled(ctx, tx, &settleSQL, rest, false, now, done, c, nil)
 }
 
 // settleLeased writes the rows of the batch's deliveries that a lease of their subscriber with
@@ -271,36 +248,13 @@ func (s *Store) settleDeliveries(ctx context.Context, tx *sql.Tx, batch []settle
 // off their leases' counts, deleting the leases with none left. The rest are rows leased, for
 // settleDeliveries, or stale: a lease that expired and was rescued, or a deleted subscriber's.
 func (s *Store) settleLeased(ctx context.Context, tx *sql.Tx, batch []settleRow, now int64, done map[int64]int, c countDeltas) error {
-	list := make([]any, 0, 10*len(batch)) // settleRow fields, settleLeasedSQL's j
-	for _, r := range batch {
-		list = append(list, r.Seq, r.Token, r.Status, r.Inc, r.Next, r.Reason, r.KeepLast, r.Code, r.Error, r.Sub)
-	}
 	tokens := make(map[int64]string, len(batch))
 	for _, r := range batch {
 		tokens[r.Seq] = r.Token
 	}
 	settled := map[[2]string]int{} // (subscriber, token) → deliveries
-	var args []any
-	err := padded(len(list)/10, func(k, lo, hi int) error {
-		args = append(append(args[:0], now), list[10*lo:10*hi]...)
-		rows, err := s.query(ctx, tx, settleLeasedSQL[k], padNulls(args, k, hi-lo, 10)...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var seq int64
-			var attempts int
-			var sub string
-			var status Status
-			if err := rows.Scan(&seq, &attempts, &sub, &status); err != nil {
-				return err
-			}
-			done[seq] = attempts
-			c.move(sub, StatusLeased, status, 1)
-			settled[[2]string{sub, tokens[seq]}]++
-		}
-		return rows.Err()
+	err := s.writeSettled(ctx, tx, &settleLeasedSQL, batch, true, now, done, c, func(seq int64, sub string) {
+		settled[[2]string{sub, tokens[seq]}]++
 	})
 	if err != nil || len(settled) == 0 {
 		return err
@@ -314,6 +268,47 @@ func (s *Store) settleLeased(ctx context.Context, tx *sql.Tx, batch []settleRow,
 	}
 	_, err = s.exec(ctx, tx, `DELETE FROM leases WHERE remaining <= 0`)
 	return err
+}
+
+// writeSettled runs stmts, settleSQL or settleLeasedSQL, over rows: parameters now, then each
+// row's fields, and its subscriber withSub. It adds the deliveries settled to done with their
+// attempt counts and the moves out of leased to c, and calls each, if not nil, with each one.
+func (s *Store) writeSettled(ctx context.Context, tx *sql.Tx, stmts *[len(padChunks)]string, rows []settleRow, withSub bool, now int64,
+	done map[int64]int, c countDeltas, each func(seq int64, sub string)) error {
+	cols := 9
+	if withSub {
+		cols = 10
+	}
+	var args []any // reused by every chunk
+	return padded(len(rows), func(k, lo, hi int) error {
+		args = append(args[:0], now)
+		for _, r := range rows[lo:hi] {
+			args = append(args, r.Seq, r.Token, r.Status, r.Inc, r.Next, r.Reason, r.KeepLast, r.Code, r.Error)
+			if withSub {
+				args = append(args, r.Sub)
+			}
+		}
+		res, err := s.query(ctx, tx, stmts[k], padNulls(args, k, hi-lo, cols)...)
+		if err != nil {
+			return err
+		}
+		defer res.Close()
+		for res.Next() {
+			var seq int64
+			var attempts int
+			var sub string
+			var status Status
+			if err := res.Scan(&seq, &attempts, &sub, &status); err != nil {
+				return err
+			}
+			done[seq] = attempts
+			c.move(sub, StatusLeased, status, 1)
+			if each != nil {
+				each(seq, sub)
+			}
+		}
+		return res.Err()
+	})
 }
 
 // settleLeasedSQL inserts the rows of deliveries leased as part of a range: parameters now, then

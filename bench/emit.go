@@ -45,7 +45,7 @@ func (b *bench) emit(ctx context.Context) section {
 		"%s and video.*), all paused so the engine sends nothing; the events carry a %d-byte body. After the run the origin is "+
 		"stopped and the database must hold exactly one pending delivery per subscriber for every accepted event. A delivery "+
 		"is stored with its event (one row per event and its fanout, the subscribers it matched) and becomes a row of its own "+
-		"when a claim leases it (schema version 9).",
+		"when it settles (schema versions 9 and 11).",
 		n, eventType, b.cfg.bodyBytes))
 	return s
 }

@@ -82,12 +82,12 @@ func (c *candidate) held(res *ClaimResult) {
 //   - A subscriber's take is bounded by its token bucket (lazily refilled at rate, clamped at
 //     burst, spent here so every process shares it), its in-flight cap, a Retry-After pause, and
 //     the circuit breaker (open: nothing; cool-down over: one probe).
-//   - First attempts are taken before retries: those with a row (coalesced) first, then those of
-//     the subscriber's fanouts, which become rows here (fanout.go).
+//   - First attempts are taken before retries: those with a row (coalesced, released or resumed)
+//     and those of the subscriber's fanouts, oldest event first.
 //
 // Each subscriber's rows are taken with one UPDATE … WHERE seq IN (SELECT … LIMIT n) RETURNING
-// statement stamping a random lease token and the expiry, and its fanout deliveries inserted so
-// leased; Settle checks that token.
+// statement stamping a random lease token and the expiry; its fanout deliveries are leased as one
+// range of events under that token, without rows (fanoutLeases). Settle checks the token.
 func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 	c, err := s.newClaim(p)
 	if err != nil {
@@ -254,34 +254,57 @@ const rebaseBucketsSQL = `UPDATE limiter SET refilled_at = CASE WHEN refilled_at
 
 // rescueExpired returns deliveries whose lease expired (their engine crashed or hung) to the queue
 // as a release would (pending, held if their subscriber was disabled meanwhile, superseded if a
-// newer event with their coalesce key was emitted), counts them (before the candidates are read
-// from the counts), and returns how many it superseded. It looks before it writes: nearly always
-// nothing has expired.
+// newer event with their coalesce key was emitted): rows leased, and the deliveries of expired
+// ranges (migration 0011), which get their rows here. It counts them (before the candidates are
+// read from the counts), and returns how many it superseded. It looks before it writes: nearly
+// always nothing has expired.
 func (s *Store) rescueExpired(ctx context.Context, tx *sql.Tx, now int64) (superseded int64, err error) {
 	var expired bool
-	if err := s.queryRow(ctx, tx, `SELECT EXISTS (SELECT 1 FROM deliveries WHERE `+expiredSQL+`)`, now).Scan(&expired); err != nil || !expired {
+	if err := s.queryRow(ctx, tx, `SELECT EXISTS (SELECT 1 FROM deliveries WHERE `+expiredSQL+`)
+		OR EXISTS (SELECT 1 FROM leases WHERE expires_at <= ?1)`, now).Scan(&expired); err != nil || !expired {
 		return 0, err
 	}
-	rows, err := s.query(ctx, tx, `UPDATE deliveries SET status = `+returnedStatus+`, reason = `+returnedReason+`, lease_token = '', lease_expires_at = 0, updated_at = ?1
-		WHERE `+expiredSQL+` RETURNING subscriber_id, status`, now)
-	if err != nil {
+	c := countDeltas{}
+	for _, q := range rescueSQL {
+		if err := s.rescue(ctx, tx, q, now, c); err != nil {
+			return 0, err
+		}
+	}
+	if _, err := s.exec(ctx, tx, `DELETE FROM leases WHERE expires_at <= ?`, now); err != nil {
 		return 0, err
+	}
+	return c.total(StatusSuperseded), c.write(ctx, s, tx)
+}
+
+// rescueSQL returns the deliveries of leases expired at ?1 to the queue, returning their
+// subscribers and new statuses: the rows leased, then the leased ranges' deliveries without one
+// (fanout deliveries, which no newer event supersedes).
+var rescueSQL = [...]string{
+	`UPDATE deliveries SET status = ` + returnedStatus + `, reason = ` + returnedReason + `, lease_token = '', lease_expires_at = 0,
+		updated_at = ?1 WHERE ` + expiredSQL + ` RETURNING subscriber_id, status`,
+	`INSERT INTO deliveries(seq, event_seq, subscriber_id, status, reason, next_attempt_at, age_from, created_at, updated_at)
+		SELECT d.seq, d.event_seq, d.subscriber_id, CASE WHEN s.state = 'disabled' THEN 'held' ELSE 'pending' END,
+			CASE WHEN s.state = 'disabled' THEN s.state_reason ELSE '' END, d.next_attempt_at, d.age_from, d.created_at, ?1
+		FROM leased_deliveries d JOIN subscribers s ON s.id = d.subscriber_id WHERE d.lease_expires_at <= ?1
+		RETURNING subscriber_id, status`,
+}
+
+// rescue runs one of rescueSQL and counts what it returned to the queue in c.
+func (s *Store) rescue(ctx context.Context, tx *sql.Tx, q string, now int64, c countDeltas) error {
+	rows, err := s.query(ctx, tx, q, now)
+	if err != nil {
+		return err
 	}
 	defer rows.Close()
-	c := countDeltas{}
 	for rows.Next() {
 		var sub string
 		var status Status
 		if err := rows.Scan(&sub, &status); err != nil {
-			return 0, err
+			return err
 		}
 		c.move(sub, StatusLeased, status, 1)
 	}
-	if err := rows.Err(); err != nil {
-		return 0, err
-	}
-	rows.Close()
-	return c.total(StatusSuperseded), c.write(ctx, s, tx)
+	return rows.Err()
 }
 
 // expiredSQL selects the leases expired at ?1, through deliveries_leased (whose condition it
@@ -484,7 +507,7 @@ func (s *Store) claimFirsts(ctx context.Context, tx *sql.Tx, asks []claimAsk, by
 		out = got
 	}
 	// The cursors move with the buckets (spendTokens).
-	got, err := s.fanoutRows(ctx, tx, takes, fanoutState{status: StatusLeased, token: token, leaseUntil: leaseUntil, now: now})
+	got, err := s.fanoutLeases(ctx, tx, takes, token, leaseUntil, now)
 	if err != nil {
 		return nil, err
 	}

@@ -128,6 +128,13 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (DeliveryP
 		}
 		list = mergeNewestFirst(list, fanned)
 	}
+	if f.Status == "" || f.Status == StatusLeased {
+		leased, err := s.listPage(ctx, tx, leasedPageSQL+cond+` ORDER BY d.seq DESC LIMIT ?`, append(slices.Clone(args), f.Limit+1))
+		if err != nil {
+			return DeliveryPage{}, err
+		}
+		list = mergeNewestFirst(list, leased)
+	}
 	var page DeliveryPage
 	for i, d := range list {
 		if i == f.Limit {
@@ -141,6 +148,10 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (DeliveryP
 
 // rowsPageSQL lists delivery rows; the caller adds conditions (AND …), the order and the limit.
 const rowsPageSQL = `SELECT ` + deliveryColumns + ` FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE 1`
+
+// leasedPageSQL lists the leased deliveries that are not rows (migration 0011); the caller adds
+// conditions, the order and the limit. They are a few claims' worth, read from the leases.
+const leasedPageSQL = `SELECT ` + deliveryColumns + ` FROM leased_deliveries d JOIN events e ON e.seq = d.event_seq WHERE 1`
 
 // fanoutPageSQL and fanoutPageOrder list the deliveries that are not rows yet, around the
 // caller's conditions: newest event first (the view's outer loop), then a partial sort of each
@@ -239,12 +250,15 @@ func (s *Store) GetDelivery(ctx context.Context, id string) (*Delivery, error) {
 	return &d, rows.Err()
 }
 
-// fanoutDelivery reads the delivery of seq that is not a row yet, or sql.ErrNoRows.
+// fanoutDelivery reads the delivery of seq that is not a row yet, pending or leased, or
+// sql.ErrNoRows.
 func (s *Store) fanoutDelivery(ctx context.Context, q interface {
 	QueryRowContext(context.Context, string, ...any) *sql.Row
 }, seq int64) (Delivery, error) {
 	d, _, err := s.scanDelivery(q.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM fanout_deliveries d JOIN events e ON e.seq = d.event_seq
-		WHERE d.event_seq = ? AND d.seq = ?`, seq>>ordinalBits, seq))
+		WHERE d.event_seq = ?1 AND d.seq = ?2
+		UNION ALL SELECT `+deliveryColumns+` FROM leased_deliveries d JOIN events e ON e.seq = d.event_seq
+		WHERE d.event_seq = ?1 AND d.seq = ?2`, seq>>ordinalBits, seq))
 	return d, err
 }
 
@@ -427,17 +441,33 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
 }
 
 // prunableSQL selects the finished deliveries last changed before ?1, through
-// deliveries_status_settled.
-const prunableSQL = `SELECT seq FROM deliveries WHERE status IN ('delivered', 'dead', 'superseded') AND ` + settledSQL + ` AND updated_at < ?1`
+// deliveries_status_settled, but those of an event in the range of a lease of their subscriber
+// (migration 0011): without its row, leased_deliveries would hold such a delivery leased again,
+// and its lease's rescue send it again. A delivery's seq holds its event and its subscriber's
+// ordinal, so the index tells, and leases are looked at only for an event past the oldest range:
+// retention's deliveries are older than any lease, nearly always.
+var prunableSQL = `SELECT seq FROM deliveries WHERE status IN ('delivered', 'dead', 'superseded') AND ` + settledSQL + ` AND updated_at < ?1
+	AND NOT (seq >> ` + fmt.Sprint(ordinalBits) + ` > coalesce((SELECT min(after_seq) FROM leases), 1 << 62) AND EXISTS (SELECT 1 FROM leases ls
+		WHERE ls.ordinal = seq & ` + fmt.Sprint(maxOrdinals-1) + ` AND seq >> ` + fmt.Sprint(ordinalBits) + ` > ls.after_seq
+			AND seq >> ` + fmt.Sprint(ordinalBits) + ` <= ls.through_seq))`
 
 // pruneChunk bounds one prune transaction, so other writers are not blocked for long.
 const pruneChunk = 2000
 
 // prunableEventsSQL reads the next pruneChunk events older than ?1 past the key (?2, ?3) of
 // (created_at, seq), in that order through events_created, each with whether it can go: no
-// delivery needs it, a row or not.
+// delivery needs it, a row or not. A delivery leased as part of a range (migration 0011) has no
+// row: the event stays while it is in the range of a lease of a subscriber of its fanout. Leases
+// are looked at only for an event past the oldest range (retention's events are older than any
+// lease, nearly always), each with one seek of the event's fanout's members (the fanout read
+// there, so the walk stays on its covering index). Not through leased_deliveries: it walks every
+// fanout of every lease's subscriber, and with the range of a subscriber lagging more than the
+// retention, it made prune's transactions hold the write lock for seconds.
 var prunableEventsSQL = `SELECT seq, created_at, NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = e.seq)
 		AND NOT EXISTS (SELECT 1 FROM fanout_deliveries f WHERE f.event_seq = e.seq)
+		AND NOT (e.seq > coalesce((SELECT min(after_seq) FROM leases), 1 << 62) AND EXISTS (SELECT 1 FROM events x CROSS JOIN leases ls
+			WHERE x.seq = e.seq AND x.seq > ls.after_seq AND x.seq <= ls.through_seq
+				AND EXISTS (SELECT 1 FROM fanout_members m WHERE m.fanout = x.fanout AND m.ordinal = ls.ordinal)))
 	FROM events e INDEXED BY events_created WHERE created_at < ?1 AND (created_at, seq) > (?2, ?3)
 	ORDER BY created_at, seq LIMIT ` + strconv.Itoa(pruneChunk)
 

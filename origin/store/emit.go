@@ -27,7 +27,7 @@ type emitReq struct {
 
 // Emit stores one event and a delivery for every matching subscriber that is not disabled. It
 // returns after the transaction carrying it has committed (see EmitBatch). Most deliveries become
-// rows only when claimed (fanout.go); they are pending, and counted, from the commit on.
+// rows only when they settle (fanout.go); they are pending, and counted, from the commit on.
 func (s *Store) Emit(ctx context.Context, in EmitInput) (EmitResult, error) {
 	res, err := s.emit(ctx, []EmitInput{in}, "")
 	if err != nil {

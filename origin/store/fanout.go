@@ -12,8 +12,10 @@ import (
 )
 
 // Fan-out at claim (migration 0009): an event stores its fanout, the set of subscribers it is for,
-// and each subscriber's delivery becomes a row when a claim leases it (or when the backlog cap or a
-// disable settles it). A subscriber's cursor is the last event seq up to which that happened.
+// and a claim leases each subscriber's deliveries as a range of events past its cursor, then moves
+// the cursor over them (migration 0011: leases); each becomes a row when it settles (or when the
+// backlog cap or a disable settles it without a claim). A subscriber's cursor is the last event
+// seq up to which its deliveries are rows or leased.
 
 // ordinalBits is how many low bits of a delivery seq hold its subscriber's ordinal.
 const ordinalBits = 20
@@ -135,7 +137,7 @@ var markFanoutsSQL = chunkSQL(2, func(values string) string {
 
 // fanoutTake is one subscriber's part in a fanout search: up to n of its oldest deliveries that
 // are not rows yet, past its cursor, in the fanouts it is in that have events past it. The
-// searches (fanoutRows, fanoutSeqs, settleFanout) take it with its fanouts set by liveFanouts.
+// searches (fanoutLeases, fanoutSeqs, settleFanout) take it with its fanouts set by liveFanouts.
 type fanoutTake struct {
 	sub             string
 	ordinal, cursor int64
@@ -268,48 +270,77 @@ func fanoutFoundSQL(n int, several bool) string {
 const fanoutScanSQL = `SELECT ? AS sub, ? AS ord, seq AS eseq FROM events NOT INDEXED
 	WHERE seq > ? AND fanout IN (SELECT fanout FROM fanout_members WHERE ordinal = ?) ORDER BY seq LIMIT (? + 0)`
 
-// fanoutState is what the rows written from fanouts are: leased by a claim (token and lease
-// set), dead by the backlog cap, or held by a disable.
+// fanoutState is what the rows written from fanouts are: dead by the backlog cap, or held by a
+// disable.
 type fanoutState struct {
 	status            Status
 	reason, lastError string
-	token             string
-	leaseUntil, now   int64
+	now               int64
 }
 
 // allFanout is a fanoutTake.n for every delivery of the subscriber.
 const allFanout = 1 << 62
 
-// fanoutInsertSQL inserts the deliveries found (a fanoutSearch's query) as rows. Its first six
-// parameters are the rows' status, reason, last error, lease token, lease expiry, and now; a row's
-// due time, age and creation are its event's.
-func fanoutInsertSQL(found string, returning bool) string {
-	q := `INSERT INTO deliveries(seq, event_seq, subscriber_id, status, reason, last_error, next_attempt_at, age_from, lease_token,
-			lease_expires_at, created_at, updated_at)
-		SELECT (a.eseq << ` + fmt.Sprint(ordinalBits) + `) | a.ord, a.eseq, a.sub, ?1, ?2, ?3, e.created_at, e.created_at, ?4, ?5, e.created_at, ?6
+// fanoutInsertSQL inserts the deliveries found (a fanoutSearch's query) as rows. Its first four
+// parameters are the rows' status, reason, last error and now; a row's due time, age and creation
+// are its event's.
+func fanoutInsertSQL(found string) string {
+	return `INSERT INTO deliveries(seq, event_seq, subscriber_id, status, reason, last_error, next_attempt_at, age_from, created_at, updated_at)
+		SELECT (a.eseq << ` + fmt.Sprint(ordinalBits) + `) | a.ord, a.eseq, a.sub, ?1, ?2, ?3, e.created_at, e.created_at, e.created_at, ?4
 		FROM (` + found + `) AS a JOIN events e ON e.seq = a.eseq`
-	if returning {
-		q += ` RETURNING seq, event_seq, attempts, coalesce_key, age_from, subscriber_id`
-	}
-	return q
 }
 
-// fanoutRows writes the rows of takes' deliveries, leased (st), and returns them; the caller moves
-// each subscriber's cursor past them.
-func (s *Store) fanoutRows(ctx context.Context, tx *sql.Tx, takes []fanoutTake, st fanoutState) ([]claimedRow, error) {
+// fanoutLeases leases takes' deliveries as ranges of events (migration 0011) and returns them:
+// one lease per subscriber, from its cursor through the newest event taken, which the caller then
+// moves the cursor to (spendTokens). A second pass of a claim goes on from there, and its range
+// joins the first's.
+func (s *Store) fanoutLeases(ctx context.Context, tx *sql.Tx, takes []fanoutTake, token string, leaseUntil, now int64) ([]claimedRow, error) {
 	var out []claimedRow
 	for _, f := range fanoutSearches(takes) {
-		got, err := s.claimKind(ctx, tx, fanoutInsertSQL(f.sql, true), append(st.args(), f.args...))
+		got, err := s.claimKind(ctx, tx, fanoutFoundRowsSQL(f.sql), f.args)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, got...)
 	}
-	return out, nil
+	type span struct{ through, n int64 }
+	spans := map[string]*span{}
+	for _, r := range out {
+		sp := spans[r.subID]
+		if sp == nil {
+			sp = &span{}
+			spans[r.subID] = sp
+		}
+		sp.through, sp.n = max(sp.through, r.eventSeq), sp.n+1
+	}
+	var list []any // subscriber, ordinal, after, through, count
+	for _, t := range takes {
+		if sp := spans[t.sub]; sp != nil {
+			list = append(list, t.sub, t.ordinal, t.cursor, sp.through, sp.n)
+		}
+	}
+	return out, s.execPadded(ctx, tx, &insertLeasesSQL, []any{token, now, leaseUntil}, list, 5)
 }
 
+// fanoutFoundRowsSQL reads the deliveries a fanoutSearch finds as claimKind scans them.
+func fanoutFoundRowsSQL(found string) string {
+	return `SELECT (a.eseq << ` + fmt.Sprint(ordinalBits) + `) | a.ord, a.eseq, 0, '', e.created_at, a.sub
+		FROM (` + found + `) AS a JOIN events e ON e.seq = a.eseq`
+}
+
+// insertLeasesSQL writes leases: parameters the token, now and the expiry, then each subscriber,
+// its ordinal, the range (after, through] and its count. A subscriber's second range in one claim
+// starts where its first ended: the two are one.
+var insertLeasesSQL = chunkSQL(5, func(values string) string {
+	return `INSERT INTO leases(subscriber_id, token, ordinal, after_seq, through_seq, claimed_at, expires_at, remaining)
+		SELECT v.column1, t.token, v.column2, v.column3, v.column4, t.now, t.exp, v.column5
+		FROM (SELECT ? AS token, ? AS now, ? AS exp) AS t, (` + values + `) AS v WHERE v.column1 IS NOT NULL
+		ON CONFLICT(subscriber_id, token) DO UPDATE SET through_seq = max(through_seq, excluded.through_seq),
+			remaining = remaining + excluded.remaining`
+})
+
 func (st fanoutState) args() []any {
-	return []any{string(st.status), st.reason, st.lastError, st.token, st.leaseUntil, st.now}
+	return []any{string(st.status), st.reason, st.lastError, st.now}
 }
 
 // fanoutSeqs returns the event seqs of the oldest deliveries of each take that are not rows yet,
@@ -349,7 +380,7 @@ func (s *Store) fanoutSeqs(ctx context.Context, tx *sql.Tx, takes []fanoutTake) 
 func (s *Store) settleFanout(ctx context.Context, tx *sql.Tx, t fanoutTake, st fanoutState, through int64) error {
 	var n int64
 	for _, f := range fanoutSearches([]fanoutTake{t}) {
-		r, err := s.exec(ctx, tx, fanoutInsertSQL(f.sql, false), append(st.args(), f.args...)...)
+		r, err := s.exec(ctx, tx, fanoutInsertSQL(f.sql), append(st.args(), f.args...)...)
 		if err != nil {
 			return fmt.Errorf("fan out: %w", err)
 		}

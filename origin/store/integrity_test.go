@@ -39,9 +39,10 @@ func foreignKeyViolations(t testing.TB, s *Store) []string {
 	return out
 }
 
-// fanoutViolations returns what breaks the invariants of fanouts (fanout.go) that foreign keys do
-// not check: every event's fanout exists, and a fanout whose newest event is past one of its
-// subscribers' cursors (a delivery pending) still has that event.
+// fanoutViolations returns what breaks the invariants of fanouts (fanout.go) and leases (migration
+// 0011) that foreign keys do not check: every event's fanout exists, a fanout whose newest event
+// is past one of its subscribers' cursors (a delivery pending) still has that event, and a lease
+// is of a subscriber, up to its cursor, and counts its deliveries without a row.
 func fanoutViolations(t testing.TB, s *Store) []string {
 	t.Helper()
 	var out []string
@@ -50,6 +51,12 @@ func fanoutViolations(t testing.TB, s *Store) []string {
 		{"fanouts pending for a subscriber whose newest event is gone", `SELECT count(*) FROM fanouts f
 			JOIN fanout_members m ON m.fanout = f.id JOIN subscribers s ON s.ordinal = m.ordinal JOIN limiter l ON l.subscriber_id = s.id
 			WHERE f.last_seq > l.cursor AND NOT EXISTS (SELECT 1 FROM events e WHERE e.seq = f.last_seq AND e.fanout = f.id)`},
+		{"leases whose count is not their leased deliveries without a row", `SELECT count(*) FROM leases ls
+			WHERE remaining <> (SELECT count(*) FROM leased_deliveries d WHERE d.subscriber_id = ls.subscriber_id AND d.lease_token = ls.token)
+				OR remaining <= 0`},
+		{"leases past their subscriber's cursor", `SELECT count(*) FROM leases ls JOIN limiter l ON l.subscriber_id = ls.subscriber_id
+			WHERE ls.through_seq > l.cursor OR ls.after_seq >= ls.through_seq`},
+		{"leases of no subscriber", `SELECT count(*) FROM leases ls WHERE NOT EXISTS (SELECT 1 FROM subscribers s WHERE s.id = ls.subscriber_id)`},
 	} {
 		var n int64
 		if err := s.r.QueryRow(c.q).Scan(&n); err != nil {

@@ -147,8 +147,12 @@ func newSettleRows(items []Settlement) ([]settleRow, error) {
 // moves out of leased to moves, for the caller to write.
 func (s *Store) settleTx(ctx context.Context, tx *sql.Tx, now time.Time, policy CircuitPolicy, items []Settlement, rows []settleRow, moves countDeltas) (int, error) {
 	settled := countDeltas{}
-	attempts, err := s.settleDeliveries(ctx, tx, rows, ms(now), settled)
-	if err != nil {
+	attempts := map[int64]int{}
+	// Leased ranges first: in a drain every settlement is of one, and nothing is left to update.
+	if err := s.settleLeased(ctx, tx, rows, ms(now), attempts, settled); err != nil {
+		return 0, fmt.Errorf("settle: %w", err)
+	}
+	if err := s.settleDeliveries(ctx, tx, rows, ms(now), attempts, settled); err != nil {
 		return 0, fmt.Errorf("settle: %w", err)
 	}
 	if err := s.countDelivered(ctx, tx, settled, ms(now)); err != nil {
@@ -186,10 +190,11 @@ type settleRow struct {
 	KeepLast int // 1: leave last_status and last_error (release)
 	Code     int
 	Error    string
+	Sub      string // the subscriber, for a delivery leased as part of a range (settleLeasedSQL only)
 }
 
 func newSettleRow(it *Settlement) (settleRow, error) {
-	r := settleRow{Seq: it.Seq, Token: it.LeaseToken, Code: it.Status, Error: it.Error}
+	r := settleRow{Seq: it.Seq, Token: it.LeaseToken, Code: it.Status, Error: it.Error, Sub: it.SubscriberID}
 	switch it.Result {
 	case ResultDelivered:
 		r.Status, r.Inc, r.Error = "delivered", 1, ""
@@ -223,38 +228,121 @@ const (
 	returnedReason = `CASE WHEN deliveries.reason = '` + ReasonNewerEvent + `' THEN deliveries.reason ELSE coalesce(` + heldReason + `, '') END`
 )
 
-// settleDeliveries applies the batch where the lease token still matches, adds the moves out of
-// leased to c, and returns the new attempt count of each delivery settled. The unary + keeps the
-// planner from driving the join from the status index (a scan of every leased row per batch row):
-// it walks the batch and looks each delivery up by its primary key.
-func (s *Store) settleDeliveries(ctx context.Context, tx *sql.Tx, batch []settleRow, now int64, c countDeltas) (map[int64]int, error) {
-	out := map[int64]int{}
-	args := make([]any, 0, 1+9*len(batch))
-	err := padded(len(batch), func(k, lo, hi int) error {
-		args = append(args[:0], now)
-		for _, r := range batch[lo:hi] {
-			args = append(args, r.Seq, r.Token, r.Status, r.Inc, r.Next, r.Reason, r.KeepLast, r.Code, r.Error)
+// settleDeliveries applies the rest of the batch (those not in done) to the rows leased with their
+// token, adds them to done with their new attempt counts, and adds the moves out of leased to c.
+// The unary + keeps the planner from driving the join from the status index (a scan of every
+// leased row per batch row): it walks the batch and looks each delivery up by its primary key.
+func (s *Store) settleDeliveries(ctx context.Context, tx *sql.Tx, batch []settleRow, now int64, done map[int64]int, c countDeltas) error {
+	var rest []settleRow
+	for _, r := range batch {
+		if _, ok := done[r.Seq]; !ok {
+			rest = append(rest, r)
 		}
-		rows, err := s.query(ctx, tx, settleSQL[k], padNulls(args, k, hi-lo, 9)...)
+	}
+	return s.writeSettled(ctx, tx, &settleSQL, rest, false, now, done, c, nil)
+}
+
+// settleLeased writes the rows of the batch's deliveries that a lease of their subscriber with
+// their token holds as part of its range (migration 0011): each in its final state, in one insert.
+// It adds them to done with their attempt counts and the moves out of leased to c, and takes them
+// off their leases' counts, deleting the leases with none left. The rest are rows leased, for
+// settleDeliveries, or stale: a lease that expired and was rescued, or a deleted subscriber's.
+func (s *Store) settleLeased(ctx context.Context, tx *sql.Tx, batch []settleRow, now int64, done map[int64]int, c countDeltas) error {
+	tokens := make(map[int64]string, len(batch))
+	for _, r := range batch {
+		tokens[r.Seq] = r.Token
+	}
+	settled := map[[2]string]int{} // (subscriber, token) → deliveries
+	err := s.writeSettled(ctx, tx, &settleLeasedSQL, batch, true, now, done, c, func(seq int64, sub string) {
+		settled[[2]string{sub, tokens[seq]}]++
+	})
+	if err != nil || len(settled) == 0 {
+		return err
+	}
+	var counts []any // subscriber, token, deliveries settled
+	for k, n := range settled {
+		counts = append(counts, k[0], k[1], n)
+	}
+	if err := s.execPadded(ctx, tx, &leasesSettledSQL, nil, counts, 3); err != nil {
+		return err
+	}
+	_, err = s.exec(ctx, tx, `DELETE FROM leases WHERE remaining <= 0`)
+	return err
+}
+
+// writeSettled runs stmts, settleSQL or settleLeasedSQL, over rows: parameters now, then each
+// row's fields, and its subscriber withSub. It adds the deliveries settled to done with their
+// attempt counts and the moves out of leased to c, and calls each, if not nil, with each one.
+func (s *Store) writeSettled(ctx context.Context, tx *sql.Tx, stmts *[len(padChunks)]string, rows []settleRow, withSub bool, now int64,
+	done map[int64]int, c countDeltas, each func(seq int64, sub string)) error {
+	cols := 9
+	if withSub {
+		cols = 10
+	}
+	var args []any // reused by every chunk
+	return padded(len(rows), func(k, lo, hi int) error {
+		args = append(args[:0], now)
+		for _, r := range rows[lo:hi] {
+			args = append(args, r.Seq, r.Token, r.Status, r.Inc, r.Next, r.Reason, r.KeepLast, r.Code, r.Error)
+			if withSub {
+				args = append(args, r.Sub)
+			}
+		}
+		res, err := s.query(ctx, tx, stmts[k], padNulls(args, k, hi-lo, cols)...)
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
+		defer res.Close()
+		for res.Next() {
 			var seq int64
 			var attempts int
 			var sub string
 			var status Status
-			if err := rows.Scan(&seq, &attempts, &sub, &status); err != nil {
+			if err := res.Scan(&seq, &attempts, &sub, &status); err != nil {
 				return err
 			}
-			out[seq] = attempts
+			done[seq] = attempts
 			c.move(sub, StatusLeased, status, 1)
+			if each != nil {
+				each(seq, sub)
+			}
 		}
-		return rows.Err()
+		return res.Err()
 	})
-	return out, err
 }
+
+// settleLeasedSQL inserts the rows of deliveries leased as part of a range: parameters now, then
+// each settleRow's fields and its subscriber. The delivery must be of an event in the range of a
+// lease of that subscriber with that token, in one of the subscriber's fanouts; one that has a
+// row already (rescued, or settled) conflicts and is skipped.
+var settleLeasedSQL = chunkSQL(10, func(values string) string {
+	return `INSERT INTO deliveries(seq, event_seq, subscriber_id, status, reason, attempts, next_attempt_at, age_from,
+			last_status, last_error, created_at, updated_at, delivered_at)
+		SELECT j.seq, e.seq, ls.subscriber_id,
+			CASE j.status WHEN 'unsent' THEN CASE WHEN (SELECT state FROM subscribers WHERE id = ls.subscriber_id) = 'disabled'
+				THEN 'held' ELSE 'pending' END ELSE j.status END,
+			CASE j.status WHEN 'dead' THEN j.reason WHEN 'delivered' THEN ''
+				ELSE coalesce((SELECT state_reason FROM subscribers WHERE id = ls.subscriber_id AND state = 'disabled'), '') END, j.inc,
+			CASE WHEN j.next > 0 THEN j.next ELSE e.created_at END, e.created_at,
+			CASE WHEN j.keep_last = 1 THEN 0 ELSE j.code END, CASE WHEN j.keep_last = 1 THEN '' ELSE j.error END,
+			e.created_at, t.now, CASE WHEN j.status = 'delivered' THEN t.now ELSE 0 END
+		FROM (SELECT ? AS now) AS t,
+			(SELECT column1 AS seq, column2 AS token, column3 AS status, column4 AS inc, column5 AS next, column6 AS reason,
+				column7 AS keep_last, column8 AS code, column9 AS error, column10 AS sub FROM (` + values + `)) AS j
+			JOIN leases ls ON ls.subscriber_id = j.sub AND ls.token = j.token
+			JOIN events e ON e.seq = j.seq >> ` + fmt.Sprint(ordinalBits) + `
+		WHERE (j.seq & ` + fmt.Sprint(maxOrdinals-1) + `) = ls.ordinal AND e.seq > ls.after_seq AND e.seq <= ls.through_seq
+			AND e.fanout <> 0 AND EXISTS (SELECT 1 FROM fanout_members m WHERE m.fanout = e.fanout AND m.ordinal = ls.ordinal)
+		ON CONFLICT(seq) DO NOTHING
+		RETURNING seq, attempts, subscriber_id, status`
+})
+
+// leasesSettledSQL takes settled deliveries off their leases' counts: each subscriber, token and
+// count.
+var leasesSettledSQL = chunkSQL(3, func(values string) string {
+	return `UPDATE leases SET remaining = remaining - j.column3 FROM (` + values + `) AS j
+		WHERE leases.subscriber_id = j.column1 AND leases.token = j.column2`
+})
 
 // deliveredKeep is how many seconds delivered_by_second keeps: Stats reads the last minute.
 const deliveredKeep = 120

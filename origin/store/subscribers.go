@@ -392,6 +392,7 @@ func (s *Store) DeleteSubscriber(ctx context.Context, id string) error {
 		// prune, their count triggers would land on a subscriber created again under id.
 		for _, q := range append([]string{`DELETE FROM subscriber_secrets WHERE subscriber_id = ?1`,
 			`DELETE FROM limiter WHERE subscriber_id = ?1`,
+			`DELETE FROM leases WHERE subscriber_id = ?1`,
 			`DELETE FROM deliveries WHERE seq >= ` + strconv.FormatInt(olderBinarySeqs, 10) + ` AND subscriber_id = ?1`},
 			deleteQueueSQL[:]...) {
 			if _, err := tx.ExecContext(ctx, q, id); err != nil {

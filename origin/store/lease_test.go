@@ -1,0 +1,300 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A claim leases fanout deliveries as a range of events (migration 0011): no row until each one
+// settles, and then one row in its final state. checkCounts (open) compares every count, the
+// leases' included, with the deliveries when each test ends.
+
+// leaseCount returns how many leases the store holds.
+func leaseCount(t *testing.T, s *Store) int64 {
+	t.Helper()
+	return countRows(t, s, `SELECT count(*) FROM leases`)
+}
+
+// TestALeasedRangeBecomesRowsAsItSettles: each settled delivery of a range gets its row, in the
+// state its result says (delivered; retried later; released, due at once), and the lease goes
+// with its last delivery.
+func TestALeasedRangeBecomesRowsAsItSettles(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	emitN(t, s, "x", 3)
+	cs := claim(t, s, clk.Now(), 10).Deliveries
+	if len(cs) != 3 || countRows(t, s, `SELECT count(*) FROM deliveries`) != 0 || leaseCount(t, s) != 1 {
+		t.Fatalf("claimed %d; want 3, leased as one range without rows", len(cs))
+	}
+	page, err := s.ListDeliveries(ctx, DeliveryFilter{Status: StatusLeased})
+	if err != nil || len(page.Deliveries) != 3 || !page.Deliveries[0].LeaseExpiresAt.Equal(cs[0].LeaseExpires) {
+		t.Fatalf("leased listing %+v %v, want the 3 with their lease's expiry", page, err)
+	}
+	later := clk.Now().Add(time.Minute)
+	retry := done(cs[1], ResultRetry)
+	retry.NextAttemptAt, retry.Status, retry.Error = later, 500, "boom"
+	retry.Attempt = &Attempt{At: clk.Now(), Status: 500, Outcome: "http_5xx", Excerpt: "oops"}
+	if stale := settle(t, s, clk.Now(), done(cs[0], ResultDelivered), retry); stale != 0 {
+		t.Fatalf("%d stale settlements of a live lease", stale)
+	}
+	if leaseCount(t, s) != 1 {
+		t.Fatal("the lease went before its last delivery settled")
+	}
+	settle(t, s, clk.Now(), done(cs[2], ResultRelease))
+	if n := leaseCount(t, s); n != 0 {
+		t.Fatalf("%d leases left once every delivery settled", n)
+	}
+	for i, want := range []struct {
+		status   Status
+		attempts int
+		next     time.Time
+	}{{StatusDelivered, 1, time.Time{}}, {StatusPending, 1, later}, {StatusPending, 0, cs[2].Event.CreatedAt}} {
+		d, err := s.GetDelivery(ctx, cs[i].DeliveryID)
+		if err != nil || d.Status != want.status || d.Attempts != want.attempts || !want.next.IsZero() && !d.NextAttemptAt.Equal(want.next) {
+			t.Fatalf("delivery %d after its settle: %+v %v, want %s with %d attempts, due %v", i, d, err, want.status, want.attempts, want.next)
+		}
+	}
+	if d, _ := s.GetDelivery(ctx, cs[1].DeliveryID); len(d.AttemptLog) != 1 || d.AttemptLog[0].Excerpt != "oops" || d.LastStatus != 500 || d.LastError != "boom" {
+		t.Fatalf("the retried delivery %+v, want its attempt logged", d)
+	}
+	// The released one is a first attempt again, due at once; the retry waits for its time.
+	res := claim(t, s, clk.Now(), 10)
+	if len(res.Deliveries) != 1 || res.Deliveries[0].Seq != cs[2].Seq {
+		t.Fatalf("claimed %+v, want only the released delivery", res.Deliveries)
+	}
+	settle(t, s, clk.Now(), done(res.Deliveries[0], ResultDelivered))
+	clk.Advance(time.Minute)
+	res = claim(t, s, clk.Now(), 10)
+	if len(res.Deliveries) != 1 || res.Deliveries[0].Seq != cs[1].Seq || res.Deliveries[0].Attempts != 1 {
+		t.Fatalf("claimed %+v after a minute, want the retry", res.Deliveries)
+	}
+	settle(t, s, clk.Now(), done(res.Deliveries[0], ResultDelivered))
+	if c := counts(t, s, "a"); c[StatusDelivered] != 3 || c[StatusPending]+c[StatusLeased] != 0 {
+		t.Fatalf("counts %v, want all 3 delivered", c)
+	}
+}
+
+// TestAnExpiredRangeComesBackPending: the deliveries of an expired lease that have not settled
+// get their rows pending, and are claimed again; the one that settled is not sent again, and the
+// late settlements of the first claim are stale.
+func TestAnExpiredRangeComesBackPending(t *testing.T) {
+	t.Parallel()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	emitN(t, s, "x", 3)
+	first := claim(t, s, clk.Now(), 10).Deliveries
+	settle(t, s, clk.Now(), done(first[0], ResultDelivered))
+	clk.Advance(2 * time.Minute) // past the lease: the next claim rescues
+	again := claim(t, s, clk.Now(), 10).Deliveries
+	if len(again) != 2 || again[0].Seq == first[0].Seq || again[1].Seq == first[0].Seq || again[0].LeaseToken == first[1].LeaseToken {
+		t.Fatalf("claimed again %+v, want the 2 unsettled under a new lease", again)
+	}
+	if n := leaseCount(t, s); n != 0 {
+		t.Fatalf("%d leases after the rescue, want the expired one gone (the rows are leased now)", n)
+	}
+	if stale := settle(t, s, clk.Now(), done(first[1], ResultDelivered), done(first[2], ResultDead)); stale != 2 {
+		t.Fatalf("%d of the expired claim's late settlements stale, want 2", stale)
+	}
+	settle(t, s, clk.Now(), done(again[0], ResultDelivered), done(again[1], ResultDelivered))
+	if c := counts(t, s, "a"); c[StatusDelivered] != 3 || c[StatusDead] != 0 {
+		t.Fatalf("counts %v, want 3 delivered and nothing dead", c)
+	}
+}
+
+// TestASettlementOutsideItsLeaseWritesNothing: a live token does not let a settlement write the
+// row of a delivery its lease does not hold: of an event past the range, of an event of the range
+// not in the subscriber's fanouts, or of another subscriber (one claim's token is its every
+// subscriber's, so b's delivery named a's is the case to refuse).
+func TestASettlementOutsideItsLeaseWritesNothing(t *testing.T) {
+	t.Parallel()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a", Events: []string{"x.*"}})
+	mustSub(t, s, SubscriberInput{ID: "b"})
+	mustEmit(t, s, "e1", "x.t", `{}`) // a and b
+	mustEmit(t, s, "e2", "y.t", `{}`) // b only, inside a's range
+	mustEmit(t, s, "e3", "x.t", `{}`) // a and b
+	cs := claim(t, s, clk.Now(), 10).Deliveries
+	if len(cs) != 5 {
+		t.Fatalf("claimed %d, want a's 2 and b's 3", len(cs))
+	}
+	mustEmit(t, s, "e4", "x.t", `{}`) // past both ranges
+	token, e1 := cs[0].LeaseToken, cs[0].Seq>>ordinalBits
+	forged := func(eventSeq int64, ordinalOfSub, sub string) Settlement {
+		return Settlement{Seq: deliverySeqOf(eventSeq, ordinalOf(t, s, ordinalOfSub)), LeaseToken: token, SubscriberID: sub, Result: ResultDelivered}
+	}
+	for name, st := range map[string]Settlement{
+		"past the range":           forged(e1+3, "a", "a"),
+		"not the subscriber's":     forged(e1+1, "a", "a"),
+		"another subscriber named": forged(e1, "a", "b"),
+		"named another subscriber": forged(e1, "b", "a"),
+	} {
+		if stale := settle(t, s, clk.Now(), st); stale != 1 {
+			t.Errorf("%s: %d stale, want the settlement refused", name, stale)
+		}
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM deliveries`); n != 0 {
+		t.Fatalf("%d rows written by settlements no lease holds", n)
+	}
+	for _, c := range cs {
+		settle(t, s, clk.Now(), done(c, ResultDelivered))
+	}
+}
+
+// ordinalOf reads a subscriber's ordinal.
+func ordinalOf(t *testing.T, s *Store, id string) int64 {
+	t.Helper()
+	return countRows(t, s, `SELECT ordinal FROM subscribers WHERE id = ?`, id)
+}
+
+// TestLeasedEventsOutliveRetention: Prune keeps an event past its retention while a delivery of it
+// is leased without a row, so that delivery can settle.
+func TestLeasedEventsOutliveRetention(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	mustEmit(t, s, "old", "t", `{}`)
+	c := claim(t, s, clk.Now(), 1).Deliveries[0]
+	clk.Advance(30 * time.Second)
+	if _, err := s.Prune(ctx, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetEvent(ctx, "old"); err != nil {
+		t.Fatalf("the leased delivery's event after a prune: %v", err)
+	}
+	if stale := settle(t, s, clk.Now(), done(c, ResultDelivered)); stale != 0 {
+		t.Fatal("the leased delivery could not settle after the prune")
+	}
+	clk.Advance(time.Second)
+	if n, err := s.Prune(ctx, clk.Now()); err != nil || n != 1 {
+		t.Fatalf("pruned %d (%v), want the delivered one", n, err)
+	}
+	if _, err := s.GetEvent(ctx, "old"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the event once delivered and pruned: %v, want gone", err)
+	}
+}
+
+// TestDeletingASubscriberEndsItsLeases: a deleted subscriber's leases go with it, and the late
+// settlements of its deliveries write nothing.
+func TestDeletingASubscriberEndsItsLeases(t *testing.T) {
+	t.Parallel()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	emitN(t, s, "x", 2)
+	cs := claim(t, s, clk.Now(), 10).Deliveries
+	if err := s.DeleteSubscriber(context.Background(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	if n := leaseCount(t, s); n != 0 {
+		t.Fatalf("%d leases of the deleted subscriber", n)
+	}
+	if stale := settle(t, s, clk.Now(), done(cs[0], ResultDelivered), done(cs[1], ResultRetry)); stale != 2 {
+		t.Fatalf("%d stale, want both settlements of the deleted subscriber", stale)
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM deliveries`); n != 0 {
+		t.Fatalf("%d rows written for a deleted subscriber", n)
+	}
+}
+
+// TestRowsLeasedBeforeVersion11SettleAndExpire: deliveries a version-10 binary leased as rows
+// settle after the upgrade as they did before, and those whose lease expires come back pending.
+func TestRowsLeasedBeforeVersion11SettleAndExpire(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "v10.db")
+	clk := newClock()
+	old, err := openVersion(ctx, Options{Path: path, Now: clk.Now}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSub(t, old, SubscriberInput{ID: "a"})
+	emitN(t, old, "x", 3)
+	// What a version-10 claim wrote: each delivery a leased row, the cursor past them.
+	for _, q := range []string{
+		`INSERT INTO deliveries(seq, event_seq, subscriber_id, status, next_attempt_at, age_from, lease_token, lease_expires_at, created_at, updated_at)
+			SELECT (e.seq << 20) | s.ordinal, e.seq, s.id, 'leased', e.created_at, e.created_at, 'old-token', ?1 + 60000, e.created_at, ?1
+			FROM events e JOIN subscribers s ON s.id = 'a'`,
+		`UPDATE limiter SET cursor = (SELECT max(seq) FROM events) WHERE subscriber_id = 'a'`,
+		`UPDATE queue_counts SET status = 'leased' WHERE subscriber_id = 'a' AND status = 'pending'`,
+	} {
+		if _, err := old.w.Exec(q, ms(clk.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := open(t, Options{Path: path, Now: clk.Now})
+	page, err := s.ListDeliveries(ctx, DeliveryFilter{Status: StatusLeased})
+	if err != nil || len(page.Deliveries) != 3 {
+		t.Fatalf("leased after the upgrade: %+v %v, want the 3 rows", page, err)
+	}
+	seq, err := s.deliverySeq(page.Deliveries[2].ID) // the oldest
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stale := settle(t, s, clk.Now(), Settlement{Seq: seq, LeaseToken: "old-token", SubscriberID: "a", Result: ResultDelivered}); stale != 0 {
+		t.Fatal("a row leased by version 10 could not settle")
+	}
+	clk.Advance(2 * time.Minute)
+	res := claim(t, s, clk.Now(), 10)
+	if len(res.Deliveries) != 2 {
+		t.Fatalf("claimed %d after the old lease expired, want its 2 unsettled", len(res.Deliveries))
+	}
+	for _, c := range res.Deliveries {
+		settle(t, s, clk.Now(), done(c, ResultDelivered))
+	}
+	if c := counts(t, s, "a"); c[StatusDelivered] != 3 {
+		t.Fatalf("counts %v, want 3 delivered", c)
+	}
+}
+
+// TestPruneKeepsTheSettledRowsOfALiveRange: a delivery of a range that settled is a row, and
+// without it the lease would hold that delivery again (leased_deliveries). Prune, with a
+// retention shorter than the lease (a drain's --retention 1ms beside a serve), or once the lease
+// expired unrescued (nothing claimed for longer than the retention), must not delete that row
+// while its lease stands: its delivery would be sent again when the lease is rescued.
+func TestPruneKeepsTheSettledRowsOfALiveRange(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	emitN(t, s, "x", 2)
+	cs := claim(t, s, clk.Now(), 10).Deliveries
+	settle(t, s, clk.Now(), done(cs[0], ResultDelivered))
+	clk.Advance(time.Second)
+	if _, err := s.Prune(ctx, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	checkCounts(t, s) // the lease still counts one delivery
+	clk.Advance(2 * time.Minute)
+	if _, err := s.Prune(ctx, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	again := claim(t, s, clk.Now(), 10).Deliveries
+	if len(again) != 1 || again[0].Seq != cs[1].Seq {
+		t.Fatalf("claimed %d after the lease expired, want only the unsettled delivery", len(again))
+	}
+	settle(t, s, clk.Now(), done(again[0], ResultDelivered))
+}
+
+// TestPruneLooksAtLeasesThroughTheEventsFanout pins the plan of prune's events: an event past the
+// oldest range is checked against each lease with one seek of its own fanout's members, not
+// through leased_deliveries, which walks every fanout of every lease's subscriber (with a range
+// of a subscriber lagging more than the retention, seconds of the write lock per chunk), and the
+// walk stays on its covering index.
+func TestPruneLooksAtLeasesThroughTheEventsFanout(t *testing.T) {
+	t.Parallel()
+	s, _ := open(t, Options{})
+	p := queryPlan(t, s, prunableEventsSQL, 1, 0, 0)
+	if strings.Contains(p, "fanout_members_ordinal") || !strings.Contains(p, "SEARCH e USING COVERING INDEX events_created") ||
+		!strings.Contains(p, "SEARCH m EXISTS USING PRIMARY KEY (fanout=? AND ordinal=?)") {
+		t.Errorf("prune's events plan %q, want the walk on events_created and one seek of fanout_members per lease", p)
+	}
+}

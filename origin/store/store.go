@@ -187,7 +187,8 @@ func openVersion(ctx context.Context, opts Options, version int) (*Store, error)
 		// Statement journals (pages a statement may have to undo) stay in memory: on disk, every
 		// multi-row INSERT or UPDATE wrote its pages to a temporary file first.
 		q.Add("_pragma", "temp_store(MEMORY)")
-		return "file:" + opts.Path + "?" + q.Encode() + extra
+		// SQLite decodes %HH in a URI's path: a '%' of the file's name is written %25.
+		return "file:" + strings.ReplaceAll(opts.Path, "%", "%25") + "?" + q.Encode() + extra
 	}
 	// The writer does not checkpoint: checkpointLoop does, from its own connection.
 	w, err := sql.Open("sqlite", dsn("&_pragma=journal_mode(WAL)&_pragma=wal_autocheckpoint(0)&_txlock=immediate"))

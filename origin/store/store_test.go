@@ -171,6 +171,21 @@ func TestOpenValidatesOptions(t *testing.T) {
 	}
 }
 
+// TestOpenKeepsAPercentInThePath: a '%' in the path is part of the file's name, not the start of
+// an escape of SQLite's URI filenames (a%41.db was opened as aA.db).
+func TestOpenKeepsAPercentInThePath(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s, _ := open(t, Options{Path: filepath.Join(dir, "a%41.db")})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	if _, err := os.Stat(filepath.Join(dir, "a%41.db")); err != nil {
+		t.Fatalf("the database file named: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "aA.db")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a file with the escape decoded: %v", err)
+	}
+}
+
 func TestOpenNamesTheFileOnError(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "missing-dir", "q.db")

@@ -392,12 +392,10 @@ func TestCircuitBreaker(t *testing.T) {
 	}
 }
 
-// TestAReleasedProbeIsTakenAgainAtOnce: the circuit's probe returned unsent (a stop, or a
-// restart, released it) told nothing about the subscriber: the next claim sends a probe again,
-// instead of leaving the circuit probing, with nothing in flight, until the released lease would
-// have ended.
-func TestAReleasedProbeIsTakenAgainAtOnce(t *testing.T) {
-	t.Parallel()
+// openCircuitCooledDown opens a store with subscriber a, five deliveries queued, whose circuit
+// three failures opened and whose cool-down has passed: the next claim takes a probe.
+func openCircuitCooledDown(t *testing.T) (*Store, *clock) {
+	t.Helper()
 	s, clk := open(t, Options{})
 	mustSub(t, s, SubscriberInput{ID: "a"})
 	emitN(t, s, "x", 5)
@@ -406,6 +404,16 @@ func TestAReleasedProbeIsTakenAgainAtOnce(t *testing.T) {
 		settle(t, s, clk.Now(), Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: "a", Result: ResultRetry, NextAttemptAt: clk.Now(), Circuit: CircuitFailure})
 	}
 	clk.Advance(time.Minute) // the cool-down
+	return s, clk
+}
+
+// TestAReleasedProbeIsTakenAgainAtOnce: the circuit's probe returned unsent (a stop, or a
+// restart, released it) told nothing about the subscriber: the next claim sends a probe again,
+// instead of leaving the circuit probing, with nothing in flight, until the released lease would
+// have ended.
+func TestAReleasedProbeIsTakenAgainAtOnce(t *testing.T) {
+	t.Parallel()
+	s, clk := openCircuitCooledDown(t)
 	probe := claim(t, s, clk.Now(), 10).Deliveries
 	if len(probe) != 1 || !probe[0].Probe {
 		t.Fatalf("after the cool-down want one probe, got %d", len(probe))
@@ -426,14 +434,7 @@ func TestAReleasedProbeIsTakenAgainAtOnce(t *testing.T) {
 // once the pause is over, not only once the first probe's lease would have ended.
 func TestAThrottledProbeIsTakenAgainAfterThePause(t *testing.T) {
 	t.Parallel()
-	s, clk := open(t, Options{})
-	mustSub(t, s, SubscriberInput{ID: "a"})
-	emitN(t, s, "x", 5)
-	for range 3 { // threshold 3: the circuit opens
-		c := claim(t, s, clk.Now(), 1).Deliveries[0]
-		settle(t, s, clk.Now(), Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: "a", Result: ResultRetry, NextAttemptAt: clk.Now(), Circuit: CircuitFailure})
-	}
-	clk.Advance(time.Minute) // the cool-down
+	s, clk := openCircuitCooledDown(t)
 	for i, r := range []Result{ResultRetry, ResultReschedule} {
 		probe := claim(t, s, clk.Now(), 10).Deliveries
 		if len(probe) != 1 || !probe[0].Probe {

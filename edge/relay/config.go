@@ -35,7 +35,8 @@ type Config struct {
 	Secrets []signature.Secret
 	// Tolerance is how far the hop timestamp may be from the edge's clock, either way.
 	Tolerance time.Duration
-	// DedupTTL is how long a delivery id acknowledged with a 2xx is remembered; at least MinKVTTL.
+	// DedupTTL is how long a delivery id acknowledged with a 2xx is remembered; at least MinKVTTL
+	// and at least Tolerance.
 	DedupTTL time.Duration
 	// MaxBody is the largest request body accepted, in bytes.
 	MaxBody int64
@@ -50,6 +51,11 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%s: %s is below 1s", EnvTolerance, c.Tolerance)
 	case c.DedupTTL < MinKVTTL:
 		return fmt.Errorf("%s: %s is below KV's minimum TTL of %s", EnvDedupTTL, c.DedupTTL, MinKVTTL)
+	case c.DedupTTL < c.Tolerance:
+		// A hop is accepted for Tolerance after its timestamp; once its dedup mark expired, a
+		// replay of an acknowledged delivery would be forwarded again.
+		return fmt.Errorf("%s: %s is below %s (%s): a replayed delivery would be forwarded again after its mark expired",
+			EnvDedupTTL, c.DedupTTL, EnvTolerance, c.Tolerance)
 	case c.MaxBody < 1 || c.MaxBody > MaxMaxBody:
 		return fmt.Errorf("%s: %d is outside [1, %d]", EnvMaxBody, c.MaxBody, MaxMaxBody)
 	}

@@ -301,6 +301,9 @@ func TestParseConfig(t *testing.T) {
 		{[]string{relay.EnvSecret, sec, relay.EnvTolerance, "0"}, relay.EnvTolerance},
 		{[]string{relay.EnvSecret, sec, relay.EnvDedupTTL, "59"}, relay.EnvDedupTTL},
 		{[]string{relay.EnvSecret, sec, relay.EnvDedupTTL, "99999999999999"}, relay.EnvDedupTTL},
+		// Marks must outlive the tolerance: a replay past the mark would be forwarded again.
+		{[]string{relay.EnvSecret, sec, relay.EnvDedupTTL, "120"}, relay.EnvDedupTTL}, // default tolerance 300 s
+		{[]string{relay.EnvSecret, sec, relay.EnvTolerance, "3601", relay.EnvDedupTTL, "3600"}, relay.EnvDedupTTL},
 		{[]string{relay.EnvSecret, sec, relay.EnvMaxBody, "0"}, relay.EnvMaxBody},
 		{[]string{relay.EnvSecret, sec, relay.EnvMaxBody, "-1"}, relay.EnvMaxBody},
 	} {

@@ -50,6 +50,8 @@ func (f *edgeLocalFlags) harnessConfig() (harness.Config, error) {
 		return harness.Config{}, usagef("--tolerance: %s must be whole seconds, at least 1s", f.tolerance)
 	case f.dedupTTL < relay.MinKVTTL || f.dedupTTL%time.Second != 0:
 		return harness.Config{}, usagef("--dedup-ttl: %s must be whole seconds, at least %s", f.dedupTTL, relay.MinKVTTL)
+	case f.dedupTTL < f.tolerance:
+		return harness.Config{}, usagef("--dedup-ttl: %s is below --tolerance %s: a replayed delivery would be forwarded again", f.dedupTTL, f.tolerance)
 	case f.maxBody < 1 || f.maxBody > relay.MaxMaxBody:
 		return harness.Config{}, usagef("--max-body: %s is outside 1B to %s", f.maxBody, config.ByteSize(relay.MaxMaxBody))
 	case f.instances < 1:

@@ -189,6 +189,7 @@ func TestBadInput(t *testing.T) {
 		{nil, []string{"serve", "--edge-url", "ftp://edge.example", "--edge-secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, 2, "--edge-url"},
 		{nil, []string{"drain", "--edge-url", "edge.example", "--edge-secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, 2, "--edge-url"},
 		{nil, []string{"drain", "--retry-after-cap", "1000h"}, 2, "--retry-after-cap"},
+		{nil, []string{"edge", "local", "--kv", "kv.json", "--edge-secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "--dedup-ttl", "2m"}, 2, "--dedup-ttl"},
 		{nil, []string{"drain", "--poll-interval", "1ns"}, 2, "--poll-interval"},
 		{nil, []string{"serve", "--poll-interval", "5ms"}, 2, "--poll-interval"},
 		{nil, []string{"serve", "--listen", "127.0.0.1:99999"}, 2, "--listen"},

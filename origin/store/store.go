@@ -37,9 +37,12 @@ const (
 const (
 	DefaultBusyTimeout  = 5 * time.Second
 	DefaultMaxBodyBytes = 256 << 10
-	DefaultBacklogCap   = 100_000   // per subscriber
-	DefaultGlobalCap    = 1_000_000 // all subscribers
-	DefaultReaders      = 4
+	// MaxMaxBodyBytes bounds MaxBodyBytes: the most the edge relays (its MAX_BODY_BYTES), and far
+	// below SQLite's largest value (10^9 bytes), past which an emit failed with a 500.
+	MaxMaxBodyBytes   = 100 << 20
+	DefaultBacklogCap = 100_000   // per subscriber
+	DefaultGlobalCap  = 1_000_000 // all subscribers
+	DefaultReaders    = 4
 	// DefaultQueueFullRetry is the retry delay suggested when the global cap is reached.
 	DefaultQueueFullRetry = 30 * time.Second
 	// MaxBatchEvents bounds an EmitBatch (the API's batch of 1,000), and how many events one
@@ -89,6 +92,9 @@ func (o *Options) setDefaults() error {
 		if f.neg {
 			return fieldErrf(f.name, "must not be negative")
 		}
+	}
+	if o.MaxBodyBytes > MaxMaxBodyBytes {
+		return fieldErrf("max_body_bytes", "%d is above the maximum of %d", o.MaxBodyBytes, MaxMaxBodyBytes)
 	}
 	if o.BusyTimeout == 0 {
 		o.BusyTimeout = DefaultBusyTimeout

@@ -163,6 +163,7 @@ func TestOpenValidatesOptions(t *testing.T) {
 		{Options{Path: "x.db", Synchronous: "OFF"}, "synchronous"},
 		{Options{Path: "x.db?mode=ro"}, "path"},
 		{Options{Path: "x.db", BacklogCap: -1}, "backlog_cap"},
+		{Options{Path: "x.db", MaxBodyBytes: MaxMaxBodyBytes + 1}, "max_body_bytes"},
 	} {
 		_, err := Open(context.Background(), tc.opts)
 		if fieldOf(err) != tc.field {

@@ -196,6 +196,7 @@ func TestBadInput(t *testing.T) {
 		{nil, []string{"dev", "--listen", "0.0.0.0:18080"}, 2, "--listen"},
 		{nil, []string{"serve", "--edge-url", "https://edge.example", "--edge-secret", "nope"}, 2, "--edge-secret"},
 		{nil, []string{"serve", "--body-limit", "lots"}, 2, "--body-limit"},
+		{nil, []string{"serve", "--body-limit", "2GiB"}, 2, "--body-limit"},
 		{nil, []string{"--log-format", "xml", "migrate"}, 2, "--log-format"},
 		{nil, []string{"--synchronous", "sometimes", "migrate"}, 2, "--synchronous"},
 		{[]string{"EDGEHOOK_BUSY_TIMEOUT=soon"}, []string{"migrate"}, 2, "EDGEHOOK_BUSY_TIMEOUT"},

@@ -62,7 +62,7 @@ func init() {
 	pf.StringVar(&global.synchronous, "synchronous", store.SyncNormal, "SQLite synchronous mode: NORMAL (durable across a process crash) or FULL (also across power loss)")
 	pf.DurationVar(&global.busyTimeout, "busy-timeout", store.DefaultBusyTimeout, "how long a write waits for another process's lock")
 	global.bodyLimit = store.DefaultMaxBodyBytes
-	pf.Var(&global.bodyLimit, "body-limit", "largest event data, and the largest API request body")
+	pf.Var(&global.bodyLimit, "body-limit", "largest event data, and the largest API request body (1KiB to 100MiB)")
 	pf.Int64Var(&global.backlogCap, "backlog-cap", store.DefaultBacklogCap, "pending deliveries per subscriber before the oldest are dead-lettered")
 	pf.Int64Var(&global.queueCap, "queue-cap", store.DefaultGlobalCap, "pending and in-flight deliveries before emits are refused (HTTP 429)")
 	pf.StringVar(&global.logFormat, "log-format", DefaultLogFormat, "log format: text or json")
@@ -107,8 +107,8 @@ func checkGlobal() error {
 		return usagef("--synchronous: %q is not NORMAL or FULL", global.synchronous)
 	case global.busyTimeout < time.Millisecond: // SQLite counts it in whole milliseconds: less would not wait at all
 		return usagef("--busy-timeout: %s is below 1ms", global.busyTimeout)
-	case global.bodyLimit < 1024:
-		return usagef("--body-limit: %s is below the minimum of 1KiB", global.bodyLimit)
+	case global.bodyLimit < 1024 || global.bodyLimit > store.MaxMaxBodyBytes:
+		return usagef("--body-limit: %s is outside 1KiB to %s", global.bodyLimit, config.ByteSize(store.MaxMaxBodyBytes))
 	case global.backlogCap < 1:
 		return usagef("--backlog-cap: must be at least 1, not %d", global.backlogCap)
 	case global.queueCap < 1:

@@ -283,9 +283,9 @@ var rescueSQL = [...]string{
 	`UPDATE deliveries SET status = ` + returnedStatus + `, reason = ` + returnedReason + `, lease_token = '', lease_expires_at = 0,
 		updated_at = ?1 WHERE ` + expiredSQL + ` RETURNING subscriber_id, status`,
 	`INSERT INTO deliveries(seq, event_seq, subscriber_id, status, reason, next_attempt_at, age_from, created_at, updated_at)
-		SELECT d.seq, d.event_seq, d.subscriber_id, CASE WHEN s.state = 'disabled' THEN 'held' ELSE 'pending' END,
-			CASE WHEN s.state = 'disabled' THEN s.state_reason ELSE '' END, d.next_attempt_at, d.age_from, d.created_at, ?1
-		FROM leased_deliveries d JOIN subscribers s ON s.id = d.subscriber_id WHERE d.lease_expires_at <= ?1
+		SELECT d.seq, d.event_seq, d.subscriber_id, ` + unsentStatusOf("d.subscriber_id") + `, ` + heldReasonOf("d.subscriber_id") + `,
+			d.next_attempt_at, d.age_from, d.created_at, ?1
+		FROM leased_deliveries d WHERE d.lease_expires_at <= ?1
 		RETURNING subscriber_id, status`,
 }
 

@@ -277,7 +277,7 @@ func (s *Store) GetEvent(ctx context.Context, id string) (*Event, error) {
 
 // requeue is the SET clause that puts a finished delivery back in the queue, due at ?, with a
 // fresh attempt count and age (a manual retry is a new chance, not the tail of the old one).
-const requeue = `status = ` + unsentStatus + `, reason = coalesce(` + heldReason + `, ''), attempts = 0, next_attempt_at = ?1, age_from = ?1, updated_at = ?1`
+var requeue = `status = ` + unsentStatus + `, reason = ` + heldReason + `, attempts = 0, next_attempt_at = ?1, age_from = ?1, updated_at = ?1`
 
 // RetryDelivery puts a dead (or held) delivery back in the queue, due at now. Delivered,
 // superseded and queued deliveries are ErrInvalidState.

@@ -212,20 +212,29 @@ func newSettleRow(it *Settlement) (settleRow, error) {
 	return r, nil
 }
 
-// unsentStatus is the status of a delivery going back to the queue: held if its subscriber is
-// disabled, pending otherwise.
-const unsentStatus = `CASE WHEN (SELECT state FROM subscribers WHERE id = deliveries.subscriber_id) = 'disabled' THEN 'held' ELSE 'pending' END`
+// unsentStatusOf is the status of a delivery of subscriber sub (an SQL expression) going back to
+// the queue: held if the subscriber is disabled, pending otherwise; unsentStatus that of a row
+// being updated.
+func unsentStatusOf(sub string) string {
+	return `CASE WHEN (SELECT state FROM subscribers WHERE id = ` + sub + `) = 'disabled' THEN 'held' ELSE 'pending' END`
+}
 
-// heldReason is the reason a delivery going back to the queue is held with: its subscriber's, if
-// disabled; NULL otherwise.
-const heldReason = `(SELECT state_reason FROM subscribers WHERE id = deliveries.subscriber_id AND state = 'disabled')`
+var unsentStatus = unsentStatusOf("deliveries.subscriber_id")
+
+// heldReasonOf is the reason a delivery of subscriber sub going back to the queue has: the
+// subscriber's disable reason if it is held, ” otherwise; heldReason that of a row being updated.
+func heldReasonOf(sub string) string {
+	return `coalesce((SELECT state_reason FROM subscribers WHERE id = ` + sub + ` AND state = 'disabled'), '')`
+}
+
+var heldReason = heldReasonOf("deliveries.subscriber_id")
 
 // returnedStatus is the status of a delivery in flight that comes back unsent: superseded if a
 // newer event with its coalesce key was emitted meanwhile (supersedeStored), else unsentStatus;
 // returnedReason is its reason (a delivery in flight has none but that mark).
-const (
+var (
 	returnedStatus = `CASE WHEN deliveries.reason = '` + ReasonNewerEvent + `' THEN 'superseded' ELSE ` + unsentStatus + ` END`
-	returnedReason = `CASE WHEN deliveries.reason = '` + ReasonNewerEvent + `' THEN deliveries.reason ELSE coalesce(` + heldReason + `, '') END`
+	returnedReason = `CASE WHEN deliveries.reason = '` + ReasonNewerEvent + `' THEN deliveries.reason ELSE ` + heldReason + ` END`
 )
 
 // settleDeliveries applies the rest of the batch (those not in done) to the rows leased with their
@@ -319,10 +328,8 @@ var settleLeasedSQL = chunkSQL(10, func(values string) string {
 	return `INSERT INTO deliveries(seq, event_seq, subscriber_id, status, reason, attempts, next_attempt_at, age_from,
 			last_status, last_error, created_at, updated_at, delivered_at)
 		SELECT j.seq, e.seq, ls.subscriber_id,
-			CASE j.status WHEN 'unsent' THEN CASE WHEN (SELECT state FROM subscribers WHERE id = ls.subscriber_id) = 'disabled'
-				THEN 'held' ELSE 'pending' END ELSE j.status END,
-			CASE j.status WHEN 'dead' THEN j.reason WHEN 'delivered' THEN ''
-				ELSE coalesce((SELECT state_reason FROM subscribers WHERE id = ls.subscriber_id AND state = 'disabled'), '') END, j.inc,
+			CASE j.status WHEN 'unsent' THEN ` + unsentStatusOf("ls.subscriber_id") + ` ELSE j.status END,
+			CASE j.status WHEN 'dead' THEN j.reason WHEN 'delivered' THEN '' ELSE ` + heldReasonOf("ls.subscriber_id") + ` END, j.inc,
 			CASE WHEN j.next > 0 THEN j.next ELSE e.created_at END, e.created_at,
 			CASE WHEN j.keep_last = 1 THEN 0 ELSE j.code END, CASE WHEN j.keep_last = 1 THEN '' ELSE j.error END,
 			e.created_at, t.now, CASE WHEN j.status = 'delivered' THEN t.now ELSE 0 END

@@ -440,16 +440,21 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
 	return st, rows.Err()
 }
 
+// inLeasedRangeSQL tells whether the event of seq ev (an SQL expression) is in the range of a
+// lease ls for which cond holds (migration 0011). Leases are looked at only for an event past the
+// oldest range: retention's events are older than any lease, nearly always.
+func inLeasedRangeSQL(ev, cond string) string {
+	return `(` + ev + ` > coalesce((SELECT min(after_seq) FROM leases), 1 << 62) AND EXISTS (SELECT 1 FROM leases ls
+		WHERE ` + ev + ` > ls.after_seq AND ` + ev + ` <= ls.through_seq AND ` + cond + `))`
+}
+
 // prunableSQL selects the finished deliveries last changed before ?1, through
-// deliveries_status_settled, but those of an event in the range of a lease of their subscriber
-// (migration 0011): without its row, leased_deliveries would hold such a delivery leased again,
-// and its lease's rescue send it again. A delivery's seq holds its event and its subscriber's
-// ordinal, so the index tells, and leases are looked at only for an event past the oldest range:
-// retention's deliveries are older than any lease, nearly always.
+// deliveries_status_settled, but those of an event in the range of a lease of their subscriber:
+// without its row, leased_deliveries would hold such a delivery leased again, and its lease's
+// rescue send it again. A delivery's seq holds its event and its subscriber's ordinal, so the
+// index tells.
 var prunableSQL = `SELECT seq FROM deliveries WHERE status IN ('delivered', 'dead', 'superseded') AND ` + settledSQL + ` AND updated_at < ?1
-	AND NOT (seq >> ` + fmt.Sprint(ordinalBits) + ` > coalesce((SELECT min(after_seq) FROM leases), 1 << 62) AND EXISTS (SELECT 1 FROM leases ls
-		WHERE ls.ordinal = seq & ` + fmt.Sprint(maxOrdinals-1) + ` AND seq >> ` + fmt.Sprint(ordinalBits) + ` > ls.after_seq
-			AND seq >> ` + fmt.Sprint(ordinalBits) + ` <= ls.through_seq))`
+	AND NOT ` + inLeasedRangeSQL(`seq >> `+fmt.Sprint(ordinalBits), `ls.ordinal = seq & `+fmt.Sprint(maxOrdinals-1))
 
 // pruneChunk bounds one prune transaction, so other writers are not blocked for long.
 const pruneChunk = 2000
@@ -457,17 +462,15 @@ const pruneChunk = 2000
 // prunableEventsSQL reads the next pruneChunk events older than ?1 past the key (?2, ?3) of
 // (created_at, seq), in that order through events_created, each with whether it can go: no
 // delivery needs it, a row or not. A delivery leased as part of a range (migration 0011) has no
-// row: the event stays while it is in the range of a lease of a subscriber of its fanout. Leases
-// are looked at only for an event past the oldest range (retention's events are older than any
-// lease, nearly always), each with one seek of the event's fanout's members (the fanout read
-// there, so the walk stays on its covering index). Not through leased_deliveries: it walks every
+// row: the event stays while it is in the range of a lease of a subscriber of its fanout, each
+// lease with one seek of the event's fanout's members (the fanout read there, so the walk stays
+// on its covering index). Not through leased_deliveries: it walks every
 // fanout of every lease's subscriber, and with the range of a subscriber lagging more than the
 // retention, it made prune's transactions hold the write lock for seconds.
 var prunableEventsSQL = `SELECT seq, created_at, NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = e.seq)
 		AND NOT EXISTS (SELECT 1 FROM fanout_deliveries f WHERE f.event_seq = e.seq)
-		AND NOT (e.seq > coalesce((SELECT min(after_seq) FROM leases), 1 << 62) AND EXISTS (SELECT 1 FROM events x CROSS JOIN leases ls
-			WHERE x.seq = e.seq AND x.seq > ls.after_seq AND x.seq <= ls.through_seq
-				AND EXISTS (SELECT 1 FROM fanout_members m WHERE m.fanout = x.fanout AND m.ordinal = ls.ordinal)))
+		AND NOT ` + inLeasedRangeSQL("e.seq", `EXISTS (SELECT 1 FROM fanout_members m
+			WHERE m.fanout = (SELECT fanout FROM events x WHERE x.seq = e.seq) AND m.ordinal = ls.ordinal)`) + `
 	FROM events e INDEXED BY events_created WHERE created_at < ?1 AND (created_at, seq) > (?2, ?3)
 	ORDER BY created_at, seq LIMIT ` + strconv.Itoa(pruneChunk)
 

@@ -12,7 +12,7 @@ import (
 // Defaults of Config. The retry policy follows what webhook senders in the field do: about ten
 // attempts spread over hours, given up after a day.
 const (
-	DefaultWorkers            = 128 // sends are goroutines waiting on the network: cheap, and the pipeline needs depth
+	DefaultWorkers            = 256 // sends are goroutines waiting on the network: cheap; 16 subscribers at the default in-flight cap
 	DefaultBatchSize          = 128
 	DefaultLeaseDuration      = 90 * time.Second // above wire.MaxTimeout, so a slow send keeps its lease
 	DefaultPollInterval       = 500 * time.Millisecond

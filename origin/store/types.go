@@ -44,7 +44,7 @@ const (
 const (
 	DefaultRatePerSec  = 10.0
 	DefaultBurst       = 20
-	DefaultMaxInFlight = 8
+	DefaultMaxInFlight = 16
 	DefaultTimeoutMS   = int64(wire.DefaultTimeout / time.Millisecond)
 	MaxRatePerSec      = 100000.0
 	MaxBurst           = 100000

@@ -27,7 +27,7 @@ edge-pgo:
 # tested without). The end-to-end test runs bin/edgehook (mk/api.mk builds it) as separate
 # processes.
 test-harness: bin/edgehook
-	$(GO) test -race -count=1 ./edge/harness/abi/ ./edge/harness/internal/...
+	$(GO) test -race -count=1 ./edge/harness/abi/ ./edge/harness/internal/... ./internal/h1/
 	rm -f build/conformance/wasi.json
 	EDGEHOOK_CONFORMANCE_DIR=$(CURDIR)/build/conformance $(GO) test -count=1 ./edge/harness/
 	EDGEHOOK_BIN=$(CURDIR)/bin/edgehook $(GO) test -count=1 -timeout 6m ./edge/e2e/

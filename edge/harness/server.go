@@ -17,6 +17,7 @@ import (
 	"github.com/edgehook/edgehook/edge/relay"
 	"github.com/edgehook/edgehook/edge/relay/httpupstream"
 	"github.com/edgehook/edgehook/edge/relay/memkv"
+	"github.com/edgehook/edgehook/internal/h1"
 	"github.com/edgehook/edgehook/shared/wire"
 )
 
@@ -132,13 +133,18 @@ func (s *Server) Close(ctx context.Context) error { return s.host.Close(ctx) }
 
 // NewUpstream returns the subscribers' HTTP client: no proxy, no redirects and no response head
 // over httpupstream.MaxHeaderBytes, as the Worker's fetch, and enough idle connections per
-// subscriber for a full pool of instances.
+// subscriber for a full pool of instances. Plain-http subscribers get their requests written and
+// read on the instance's goroutine (h1.Transport): the relay waits for each answer anyway, and
+// net/http's transport would hand every request and answer between goroutines. Like the
+// Worker's fetch (and unlike the origin's direct mode) it dials whatever address the record names.
 func NewUpstream() *httpupstream.Client {
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second} // as http.DefaultTransport's
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil
+	tr.DialContext = d.DialContext
 	tr.MaxIdleConnsPerHost = 64
 	tr.MaxResponseHeaderBytes = httpupstream.MaxHeaderBytes
-	return httpupstream.New(tr)
+	return httpupstream.New(h1.New(tr, d))
 }
 
 // ReadBulkFile reads a `wrangler kv bulk put` file, as `edgehook edge export-kv` writes it.

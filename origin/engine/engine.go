@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/edgehook/edgehook/internal/h1"
 	"github.com/edgehook/edgehook/origin/store"
 )
 
@@ -154,7 +155,7 @@ func (e *Engine) Drain(ctx context.Context, opts DrainOptions) (DrainResult, err
 
 // closeIdle closes the keep-alive connections of both transports.
 func (s *senders) closeIdle() {
-	for _, t := range []*h1Transport{s.direct, s.edge} {
+	for _, t := range []*h1.Transport{s.direct, s.edge} {
 		t.CloseIdleConnections()
 	}
 }

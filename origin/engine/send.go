@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/edgehook/edgehook/internal/h1"
 	"github.com/edgehook/edgehook/origin/store"
 	"github.com/edgehook/edgehook/shared/signature"
 	"github.com/edgehook/edgehook/shared/wire"
@@ -23,7 +24,7 @@ import (
 // senders holds the two shared keep-alive transports. Direct mode's dialer refuses internal
 // addresses; the edge transport is separate because the edge URL is the operator's own setting
 // and may well be local (the wazero harness). Each sends plain-http requests itself on the
-// sender's goroutine (h1Transport) and https ones through net/http's transport.
+// sender's goroutine (h1.Transport) and https ones through net/http's transport.
 //
 // Requests go to the transports themselves, not through an http.Client: a transport never follows
 // redirects (a receiver answers for itself, and following would let a public URL bounce the
@@ -31,7 +32,7 @@ import (
 // headers) is then work for nothing. Subscriber URLs carry no credentials (wire.ValidateURL), the
 // one other thing a client adds.
 type senders struct {
-	direct, edge *h1Transport
+	direct, edge *h1.Transport
 }
 
 func newSenders(cfg *Config) *senders {
@@ -40,9 +41,9 @@ func newSenders(cfg *Config) *senders {
 
 // newTransport returns a keep-alive transport that keeps at most maxIdle idle connections per
 // host and whose dialer runs control (nil: none) on every address it dials.
-func newTransport(control func(network, address string, c syscall.RawConn) error, maxIdle int) *h1Transport {
+func newTransport(control func(network, address string, c syscall.RawConn) error, maxIdle int) *h1.Transport {
 	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, Control: control}
-	return newH1Transport(&http.Transport{
+	return h1.New(&http.Transport{
 		Proxy:               nil, // a proxy would dial for us and bypass the address check
 		DialContext:         d.DialContext,
 		MaxIdleConnsPerHost: maxIdle,

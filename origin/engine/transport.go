@@ -9,7 +9,7 @@ import (
 
 // NewDirectTransport returns the http.RoundTripper direct-mode deliveries are sent with: plain-http
 // requests with a body of known size up to 8 KiB and an ASCII host go out on the caller's
-// goroutine over HTTP/1.1 keep-alive connections (h1Transport, on platforms where it can peek at
+// goroutine over HTTP/1.1 keep-alive connections (h1.Transport, on platforms where it can peek at
 // an idle connection); https and every other request go through net/http's Transport. Its idle
 // connections are closed with its CloseIdleConnections method (assert interface{
 // CloseIdleConnections() }). Its dialer refuses loopback, private and other internal addresses

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/edgehook/edgehook/internal/h1"
 )
 
 func TestNewDirectTransportRefusesAZeroPool(t *testing.T) {
@@ -51,7 +53,7 @@ func TestNewDirectTransportGuardsAddressesLikeTheEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(rt.(*h1Transport).CloseIdleConnections)
+	t.Cleanup(rt.(*h1.Transport).CloseIdleConnections)
 	if err := send(rt); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +97,7 @@ func TestNewDirectTransportKeepsOneConnectionPerConcurrentSender(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(rt.(*h1Transport).CloseIdleConnections)
+	t.Cleanup(rt.(*h1.Transport).CloseIdleConnections)
 	for round := range rounds {
 		errs := make(chan error, senders)
 		for range senders {

@@ -4,22 +4,24 @@ package httpupstream
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/edgehook/edgehook/edge/relay"
 	"github.com/edgehook/edgehook/shared/wire"
 )
 
-// Client sends the relay's requests with an http.Client that never follows redirects (the
-// destination comes only from the subscriber's record) and reads at most wire.MaxExcerptBytes of
-// the answer.
+// Client sends the relay's requests with a transport's RoundTrip, never through an http.Client:
+// a redirect is relayed, not followed (the destination comes only from the subscriber's record).
+// It reads at most wire.MaxExcerptBytes of the answer.
 type Client struct {
-	http *http.Client
+	transport http.RoundTripper
 }
 
 var _ relay.Upstream = (*Client)(nil)
@@ -37,14 +39,15 @@ func New(transport http.RoundTripper) *Client {
 		tr.MaxResponseHeaderBytes = MaxHeaderBytes
 		transport = tr
 	}
-	return &Client{http: &http.Client{
-		Transport:     transport,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}}
+	return &Client{transport: transport}
 }
 
 // Do POSTs req and returns the subscriber's answer, or an error wrapping relay.ErrUpstreamTimeout
 // when req.Timeout or ctx expires before the answer's status and headers arrive.
+//
+// Unless the request names an Accept-Encoding (or a Range) of its own, it asks for gzip and
+// decodes a gzip answer, dropping its Content-Encoding and Content-Length, as the Fetch API and
+// net/http's transport do: the excerpt is the subscriber's text, whatever transport sent it.
 func (c *Client) Do(ctx context.Context, req *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, req.Timeout)
 	defer cancel()
@@ -55,19 +58,32 @@ func (c *Client) Do(ctx context.Context, req *relay.UpstreamRequest) (*relay.Ups
 	for _, f := range req.Header {
 		hreq.Header.Set(f.Name, f.Value)
 	}
-	resp, err := c.http.Do(hreq)
+	gzipped := hreq.Header.Get("Accept-Encoding") == "" && hreq.Header.Get("Range") == ""
+	if gzipped {
+		hreq.Header.Set("Accept-Encoding", "gzip")
+	}
+	resp, err := c.transport.RoundTrip(hreq)
 	if err != nil {
-		return nil, classify(ctx, err)
+		// In http.Client's words, which name the method and the URL.
+		return nil, classify(ctx, &url.Error{Op: "Post", URL: hreq.URL.String(), Err: err})
 	}
 	defer resp.Body.Close()
+	var body io.Reader = resp.Body
+	if gzipped && strings.EqualFold(resp.Header.Get("Content-Encoding"), "gzip") {
+		resp.Header.Del("Content-Encoding")
+		resp.Header.Del("Content-Length")
+		if body, err = gzip.NewReader(resp.Body); err != nil {
+			body = strings.NewReader("") // not gzip after all: no excerpt, as from net/http
+		}
+	}
 	// The subscriber has answered once its status is here: a body that then breaks off or stalls
 	// past the timeout costs the excerpt only, not the answer (a 2xx must get its dedup mark).
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, wire.MaxExcerptBytes))
+	excerpt, _ := io.ReadAll(io.LimitReader(body, wire.MaxExcerptBytes))
 	h := make(relay.Header, 0, len(resp.Header))
 	for k, vs := range resp.Header {
 		h.Set(k, strings.Join(vs, ", "))
 	}
-	return &relay.UpstreamResponse{Status: resp.StatusCode, Header: h, Body: body}, nil
+	return &relay.UpstreamResponse{Status: resp.StatusCode, Header: h, Body: excerpt}, nil
 }
 
 func classify(ctx context.Context, err error) error {

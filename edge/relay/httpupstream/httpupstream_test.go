@@ -1,9 +1,12 @@
 package httpupstream_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/edgehook/edgehook/edge/relay"
 	"github.com/edgehook/edgehook/edge/relay/httpupstream"
+	"github.com/edgehook/edgehook/internal/h1"
 	"github.com/edgehook/edgehook/shared/wire"
 )
 
@@ -61,5 +65,52 @@ func TestDo(t *testing.T) {
 	srv.Close()
 	if _, err := do("/big", time.Second); err == nil || errors.Is(err, relay.ErrUpstreamTimeout) {
 		t.Errorf("closed server: %v, want a non-timeout error", err)
+	}
+}
+
+// TestDoDecodesGzipItAskedFor: with no Accept-Encoding of the request's own, Do asks for gzip and
+// relays the answer decoded, without its Content-Encoding and Content-Length (as the Fetch API and
+// net/http's transport do); a request that names its own encoding gets the bytes as sent. Over
+// net/http's transport and over h1's, which does not decode.
+func TestDoDecodesGzipItAskedFor(t *testing.T) {
+	var zipped bytes.Buffer
+	zw := gzip.NewWriter(&zipped)
+	zw.Write([]byte("database is down"))
+	zw.Close()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Asked", r.Header.Get("Accept-Encoding"))
+		w.Header().Set("Content-Encoding", "gzip")
+		w.WriteHeader(500)
+		w.Write(zipped.Bytes())
+	}))
+	defer srv.Close()
+	d := &net.Dialer{}
+	viaH1 := h1.New(&http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 1, IdleConnTimeout: time.Minute}, d)
+	defer viaH1.CloseIdleConnections()
+	for _, c := range []*httpupstream.Client{httpupstream.New(nil), httpupstream.New(viaH1)} {
+		doGzip(t, c, srv.URL, zipped.String())
+	}
+}
+
+// doGzip checks c against the test server at url, whose answer is zipped.
+func doGzip(t *testing.T, c *httpupstream.Client, url, zipped string) {
+	t.Helper()
+	for _, tc := range []struct {
+		header       relay.Header
+		asked, body  string
+		contentCoded string
+	}{
+		{relay.Header{}, "gzip", "database is down", ""},
+		{relay.Header{{Name: "accept-encoding", Value: "br"}}, "br", zipped, "gzip"},
+	} {
+		resp, err := c.Do(context.Background(), &relay.UpstreamRequest{URL: url, Header: tc.header, Body: []byte("b"), Timeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Status != 500 || resp.Header.Get("X-Asked") != tc.asked || string(resp.Body) != tc.body ||
+			resp.Header.Get("Content-Encoding") != tc.contentCoded {
+			t.Errorf("request headers %v: %d, asked %q, Content-Encoding %q, body %q; want 500, %q, %q, %q",
+				tc.header, resp.Status, resp.Header.Get("X-Asked"), resp.Header.Get("Content-Encoding"), resp.Body, tc.asked, tc.contentCoded, tc.body)
+		}
 	}
 }

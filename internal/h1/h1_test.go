@@ -1,4 +1,4 @@
-package engine
+package h1
 
 import (
 	"bufio"
@@ -105,16 +105,23 @@ func listenLoopback(t *testing.T) net.Listener {
 	return ln
 }
 
-func newTestH1(t *testing.T) *h1Transport {
+func newTestH1(t *testing.T) *Transport {
 	t.Helper()
 	d := &net.Dialer{Timeout: 5 * time.Second}
-	h := newH1Transport(&http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute}, d)
+	h := New(&http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute}, d)
 	t.Cleanup(h.CloseIdleConnections)
 	return h
 }
 
+// newDialling returns New(next, …) whose own connections come from dial.
+func newDialling(next *http.Transport, dial func(context.Context, string, string) (net.Conn, error)) *Transport {
+	h := New(next, &net.Dialer{})
+	h.dial = dial
+	return h
+}
+
 // post sends one POST through h and returns the status and the body read to the end.
-func post(t *testing.T, ctx context.Context, h *h1Transport, url string) (int, string, error) {
+func post(t *testing.T, ctx context.Context, h *Transport, url string) (int, string, error) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(`{"a":1}`))
 	if err != nil {
@@ -195,21 +202,36 @@ func TestH1ClosesAConnectionWhoseBodyWasNotReadToTheEnd(t *testing.T) {
 	}
 }
 
+// TestH1RefusesEndlessHeaders: an answer's head is bounded by next.MaxResponseHeaderBytes, or
+// by net/http's default of 10 MiB when that is zero; a head just under a set limit is read.
 func TestH1RefusesEndlessHeaders(t *testing.T) {
-	ln := listenLoopback(t)
-	serveEach(t, ln, func(c net.Conn) {
-		http.ReadRequest(bufio.NewReader(c))
-		c.Write([]byte("HTTP/1.1 200 OK\r\nX-Long: "))
-		chunk := []byte(strings.Repeat("a", 64<<10))
-		for range maxResponseHeaderBytes/len(chunk) + 2 {
-			if _, err := c.Write(chunk); err != nil {
-				return
+	const chunk = 16 << 10
+	for _, c := range []struct {
+		limit       int64 // next.MaxResponseHeaderBytes
+		headerBytes int   // of the answer's X-Long header
+		tooLong     bool
+	}{{0, defaultMaxHeaderBytes + 2*chunk, true}, {128 << 10, 100_000, false}, {128 << 10, 128<<10 + 2*chunk, true}} {
+		ln := listenLoopback(t)
+		serveEach(t, ln, func(nc net.Conn) {
+			http.ReadRequest(bufio.NewReader(nc))
+			nc.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-Long: "))
+			for left := c.headerBytes; left > 0; left -= chunk {
+				if _, err := nc.Write([]byte(strings.Repeat("a", min(left, chunk)))); err != nil {
+					return
+				}
 			}
+			nc.Write([]byte("\r\n\r\n"))
+		})
+		d := &net.Dialer{Timeout: 5 * time.Second}
+		h := New(&http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 1, IdleConnTimeout: time.Minute, MaxResponseHeaderBytes: c.limit}, d)
+		status, _, err := post(t, context.Background(), h, "http://"+ln.Addr().String()+"/")
+		h.CloseIdleConnections()
+		if c.tooLong && !errors.Is(err, ErrHeadersTooLong) {
+			t.Fatalf("limit %d, %d header bytes: %d %v, want %v", c.limit, c.headerBytes, status, err, ErrHeadersTooLong)
 		}
-	})
-	h := newTestH1(t)
-	if _, _, err := post(t, context.Background(), h, "http://"+ln.Addr().String()+"/"); !errors.Is(err, errHeadersTooLong) {
-		t.Fatalf("err %v, want %v", err, errHeadersTooLong)
+		if !c.tooLong && (err != nil || status != http.StatusOK) {
+			t.Fatalf("limit %d, %d header bytes: %d %v, want 200", c.limit, c.headerBytes, status, err)
+		}
 	}
 }
 
@@ -302,8 +324,8 @@ func TestH1ClosesConnectionsIdleTooLong(t *testing.T) {
 
 // TestH1GetsAnAnswerSentBeforeTheBodyWasRead: a receiver that answers 503 with Retry-After after
 // the request's headers and reads no further. A small body still fits the socket's buffers, so
-// h1Transport reads the answer after writing; a large one goes to net/http, which reads the
-// answer while it writes (h1Transport would block on the write until the deadline).
+// Transport reads the answer after writing; a large one goes to net/http, which reads the
+// answer while it writes (Transport would block on the write until the deadline).
 func TestH1GetsAnAnswerSentBeforeTheBodyWasRead(t *testing.T) {
 	ln := listenLoopback(t)
 	release := make(chan struct{})
@@ -318,7 +340,7 @@ func TestH1GetsAnAnswerSentBeforeTheBodyWasRead(t *testing.T) {
 	h := newTestH1(t)
 	// 16 MiB passes what loopback's socket buffers take while nobody reads (a few MB): a write
 	// of it blocks, as a smaller one can over a real network.
-	for _, size := range []int{1 << 10, h1MaxBody, 16 << 20} {
+	for _, size := range []int{1 << 10, maxBody, 16 << 20} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+ln.Addr().String()+"/hook", bytes.NewReader(make([]byte, size)))
 		if err != nil {
@@ -336,7 +358,7 @@ func TestH1GetsAnAnswerSentBeforeTheBodyWasRead(t *testing.T) {
 	}
 }
 
-// TestH1LeavesUnicodeHostsToNetHTTP: net/http dials a host name's punycode form; h1Transport
+// TestH1LeavesUnicodeHostsToNetHTTP: net/http dials a host name's punycode form; Transport
 // would dial the Unicode one, which the resolver refuses.
 func TestH1LeavesUnicodeHostsToNetHTTP(t *testing.T) {
 	dialled := make(chan string, 2)
@@ -344,7 +366,7 @@ func TestH1LeavesUnicodeHostsToNetHTTP(t *testing.T) {
 		dialled <- addr
 		return nil, errors.New("no dialling in this test")
 	}
-	h := &h1Transport{next: &http.Transport{DialContext: dial}, dial: dial, maxIdle: 1, idleFor: time.Minute, idle: map[string][]*h1Conn{}}
+	h := newDialling(&http.Transport{DialContext: dial, MaxIdleConnsPerHost: 1, IdleConnTimeout: time.Minute}, dial)
 	req, err := http.NewRequest(http.MethodPost, "http://bücher.example/hook", strings.NewReader(`{}`))
 	if err != nil {
 		t.Fatal(err)
@@ -381,7 +403,7 @@ func TestH1KeepsIdleConnectionsForACancelledRequest(t *testing.T) {
 
 // TestH1DoesNotSendAgainWhatWasWritten: the receiver reads the second request on a reused
 // connection, then closes it without answering. The request went out, so it may have been acted
-// on: h1Transport reports the error and does not send it again on a new connection.
+// on: Transport reports the error and does not send it again on a new connection.
 func TestH1DoesNotSendAgainWhatWasWritten(t *testing.T) {
 	ln := listenLoopback(t)
 	requests := make(chan struct{}, 4)
@@ -414,7 +436,7 @@ func TestH1DoesNotSendAgainWhatWasWritten(t *testing.T) {
 	}
 }
 
-// TestH1LeavesLargeAndUnknownBodiesToNetHTTP: a body over h1MaxBody, or of unknown length, goes
+// TestH1LeavesLargeAndUnknownBodiesToNetHTTP: a body over maxBody, or of unknown length, goes
 // to net/http, which reads an early answer while it writes; a small known one stays.
 func TestH1LeavesLargeAndUnknownBodiesToNetHTTP(t *testing.T) {
 	dialled := make(chan string, 1)
@@ -424,8 +446,7 @@ func TestH1LeavesLargeAndUnknownBodiesToNetHTTP(t *testing.T) {
 			return nil, errors.New("no dialling in this test")
 		}
 	}
-	h := &h1Transport{next: &http.Transport{DialContext: dialer("net/http")}, dial: dialer("h1"), maxIdle: 1, idleFor: time.Minute,
-		idle: map[string][]*h1Conn{}}
+	h := newDialling(&http.Transport{DialContext: dialer("net/http"), MaxIdleConnsPerHost: 1, IdleConnTimeout: time.Minute}, dialer("h1"))
 	for _, c := range []struct {
 		name string
 		body io.Reader
@@ -433,7 +454,7 @@ func TestH1LeavesLargeAndUnknownBodiesToNetHTTP(t *testing.T) {
 	}{
 		{"1 KiB", bytes.NewReader(make([]byte, 1<<10)), "h1"},
 		{"no body", nil, "h1"},
-		{"past h1MaxBody", bytes.NewReader(make([]byte, h1MaxBody+1)), "net/http"},
+		{"past maxBody", bytes.NewReader(make([]byte, maxBody+1)), "net/http"},
 		{"unknown length", io.MultiReader(strings.NewReader("{}")), "net/http"},
 	} {
 		req, err := http.NewRequest(http.MethodPost, "http://127.0.0.1:9/hook", c.body)
@@ -457,8 +478,8 @@ func TestH1CancelledWhileWritingGivesNoAnswer(t *testing.T) {
 	defer cancel()
 	client, server := net.Pipe()
 	t.Cleanup(func() { client.Close(); server.Close() })
-	h := &h1Transport{next: &http.Transport{}, maxIdle: 1, idleFor: time.Minute, idle: map[string][]*h1Conn{},
-		dial: func(context.Context, string, string) (net.Conn, error) { return client, nil }}
+	h := newDialling(&http.Transport{MaxIdleConnsPerHost: 1, IdleConnTimeout: time.Minute},
+		func(context.Context, string, string) (net.Conn, error) { return client, nil })
 	go func() {
 		io.ReadFull(server, make([]byte, 10)) // part of the request line: the write has begun
 		cancel()

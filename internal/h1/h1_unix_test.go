@@ -1,6 +1,6 @@
 //go:build unix
 
-package engine
+package h1
 
 import (
 	"bufio"
@@ -37,10 +37,10 @@ func TestH1ReadsAnAnswerSentBeforeAFailedWrite(t *testing.T) {
 		c.Write([]byte("HTTP/1.1 503 Service Unavailable\r\nRetry-After: 30\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"))
 	})
 	d := &net.Dialer{Timeout: 5 * time.Second, Control: smallBuffer(syscall.SO_SNDBUF)}
-	h := newH1Transport(&http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 1, IdleConnTimeout: time.Minute}, d)
+	h := New(&http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 1, IdleConnTimeout: time.Minute}, d)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+ln.Addr().String()+"/hook", bytes.NewReader(make([]byte, h1MaxBody)))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+ln.Addr().String()+"/hook", bytes.NewReader(make([]byte, maxBody)))
 	if err != nil {
 		t.Fatal(err)
 	}

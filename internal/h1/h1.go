@@ -1,4 +1,7 @@
-package engine
+// Package h1 is a client transport for plain-http HTTP/1.1 requests that writes and reads each
+// request on the caller's goroutine. The origin's engine sends deliveries with it and the local
+// edge harness forwards to subscribers with it.
+package h1
 
 import (
 	"bufio"
@@ -13,7 +16,7 @@ import (
 	"time"
 )
 
-// h1Transport sends plain-http requests itself, over HTTP/1.1 keep-alive connections, on the
+// Transport sends plain-http requests itself, over HTTP/1.1 keep-alive connections, on the
 // calling goroutine; every other request (https: TLS, HTTP/2) goes to next.
 //
 // Why: http.Transport runs a reader and a writer goroutine per connection and hands every request
@@ -29,35 +32,48 @@ import (
 // read to the end and neither side asked to close, an idle connection the server has closed is
 // noticed before reuse, a request that failed before a byte was written on a reused connection is
 // sent again on a new one, and the request's context bounds and cancels every read and write.
-type h1Transport struct {
+type Transport struct {
 	next    *http.Transport
 	dial    func(ctx context.Context, network, address string) (net.Conn, error)
 	maxIdle int           // idle connections kept per host:port
 	idleFor time.Duration // an idle connection is closed after this long unused
+	// maxHeader bounds an answer's status line and headers, with those of any 1xx before it;
+	// tooLong is the error of an answer past it.
+	maxHeader int64
+	tooLong   error
 
 	mu    sync.Mutex
-	idle  map[string][]*h1Conn // by host:port, the most recently used last
-	sweep *time.Timer          // closes connections idle past idleFor; nil while none is idle
+	idle  map[string][]*conn // by host:port, the most recently used last
+	sweep *time.Timer        // closes connections idle past idleFor; nil while none is idle
 }
 
-// maxResponseHeaderBytes bounds an answer's status line and headers (with those of any 1xx
-// before it), as http.Transport's default does.
-const maxResponseHeaderBytes = 10 << 20
+// defaultMaxHeaderBytes is the header limit when next.MaxResponseHeaderBytes is zero, as in
+// http.Transport.
+const defaultMaxHeaderBytes = 10 << 20
 
-// errHeadersTooLong is the error of an answer whose headers pass maxResponseHeaderBytes.
-var errHeadersTooLong = fmt.Errorf("server response headers exceeded %d bytes; aborted", maxResponseHeaderBytes)
+// ErrHeadersTooLong is wrapped by the error of an answer whose status line and headers pass the
+// transport's limit.
+var ErrHeadersTooLong = errors.New("server response headers too long")
 
 // aLongTimeAgo is a deadline in the past: setting it makes blocked reads and writes return.
 var aLongTimeAgo = time.Unix(1, 0)
 
-func newH1Transport(next *http.Transport, d *net.Dialer) *h1Transport {
-	return &h1Transport{next: next, dial: d.DialContext, maxIdle: next.MaxIdleConnsPerHost, idleFor: next.IdleConnTimeout,
-		idle: map[string][]*h1Conn{}}
+// New returns a Transport that dials with d and hands what it does not send itself to next. It
+// takes next's MaxIdleConnsPerHost, IdleConnTimeout and MaxResponseHeaderBytes; next should dial
+// with d too, so both paths reach the same addresses.
+func New(next *http.Transport, d *net.Dialer) *Transport {
+	t := &Transport{next: next, dial: d.DialContext, maxIdle: next.MaxIdleConnsPerHost, idleFor: next.IdleConnTimeout,
+		maxHeader: next.MaxResponseHeaderBytes, idle: map[string][]*conn{}}
+	if t.maxHeader <= 0 {
+		t.maxHeader = defaultMaxHeaderBytes
+	}
+	t.tooLong = fmt.Errorf("%w: they exceeded %d bytes; aborted", ErrHeadersTooLong, t.maxHeader)
+	return t
 }
 
-// h1Conn is one keep-alive connection. Its Read and Write (under br and bw) count what was
+// conn is one keep-alive connection. Its Read and Write (under br and bw) count what was
 // written and bound what is read while a limit is set.
-type h1Conn struct {
+type conn struct {
 	nc      net.Conn
 	raw     syscall.RawConn // for alive's peek; nil if the connection has none
 	br      *bufio.Reader
@@ -65,6 +81,7 @@ type h1Conn struct {
 	addr    string
 	written int64
 	limit   int64 // bytes left to read; negative: no limit
+	tooLong error // Read's error once limit is used up
 	idleAt  time.Time
 	// peekFn is alive's callback, made once per connection rather than a closure per check;
 	// peekLive is its answer.
@@ -72,12 +89,12 @@ type h1Conn struct {
 	peekLive bool
 }
 
-func (c *h1Conn) Read(p []byte) (int, error) {
+func (c *conn) Read(p []byte) (int, error) {
 	if c.limit < 0 {
 		return c.nc.Read(p)
 	}
 	if c.limit == 0 {
-		return 0, errHeadersTooLong
+		return 0, c.tooLong
 	}
 	if int64(len(p)) > c.limit {
 		p = p[:c.limit]
@@ -87,7 +104,7 @@ func (c *h1Conn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (c *h1Conn) Write(p []byte) (int, error) {
+func (c *conn) Write(p []byte) (int, error) {
 	n, err := c.nc.Write(p)
 	c.written += int64(n)
 	return n, err
@@ -96,7 +113,7 @@ func (c *h1Conn) Write(p []byte) (int, error) {
 // alive reports whether an idle connection can take a request: the server has not closed it
 // and has sent nothing unasked (a non-blocking peek, the one read http.Transport's reader makes
 // between answers too).
-func (c *h1Conn) alive() bool {
+func (c *conn) alive() bool {
 	if c.br.Buffered() > 0 {
 		return false
 	}
@@ -107,20 +124,20 @@ func (c *h1Conn) alive() bool {
 	return c.raw.Read(c.peekFn) == nil && c.peekLive
 }
 
-func (c *h1Conn) peek(fd uintptr) bool {
+func (c *conn) peek(fd uintptr) bool {
 	c.peekLive = peekIdle(fd)
 	return true // never wait for data
 }
 
-// h1MaxBody is the largest request body h1Transport sends; larger ones, and bodies of unknown
+// maxBody is the largest request body Transport sends; larger ones, and bodies of unknown
 // length, go to next. A receiver may answer before it has read the body (a quick 503 with
-// Retry-After, a 413) and stop reading: net/http reads the answer while it writes, h1Transport
+// Retry-After, a 413) and stop reading: net/http reads the answer while it writes, Transport
 // only after. A body this small fits the socket's send buffer, so its write completes and the
 // answer is read; a larger one could block until the deadline and lose the answer.
-const h1MaxBody = 8 << 10
+const maxBody = 8 << 10
 
 // RoundTrip implements http.RoundTripper.
-func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	// A host name in Unicode goes to next too: it dials the name's ASCII (punycode) form.
 	if req.URL.Scheme != "http" || !canPeek || !knownSmallBody(req) || !asciiOnly(req.URL.Host) {
 		return t.next.RoundTrip(req)
@@ -134,7 +151,7 @@ func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		addr = net.JoinHostPort(req.URL.Hostname(), "80")
 	}
 	for fresh := false; ; fresh = true {
-		c, reused, err := t.conn(ctx, addr, fresh)
+		c, reused, err := t.get(ctx, addr, fresh)
 		if err != nil {
 			return nil, err
 		}
@@ -165,7 +182,7 @@ func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // exchange writes req on c and reads the answer's headers. On success the answer's body owns c
 // and stop, the context's AfterFunc (c goes back to the pool once the body is read to the end,
 // or is closed).
-func (t *h1Transport) exchange(c *h1Conn, req *http.Request, stop func() bool) (*http.Response, error) {
+func (t *Transport) exchange(c *conn, req *http.Request, stop func() bool) (*http.Response, error) {
 	c.written = 0
 	werr := req.Write(c.bw)
 	if werr == nil {
@@ -201,8 +218,8 @@ const earlyAnswerWait = 100 * time.Millisecond
 
 // readAnswer reads the answer to req from c. On success the answer's body owns c and stop; keep
 // says whether c may serve another request once that body is read to the end.
-func (t *h1Transport) readAnswer(c *h1Conn, req *http.Request, stop func() bool, keep bool) (*http.Response, error) {
-	c.limit = maxResponseHeaderBytes
+func (t *Transport) readAnswer(c *conn, req *http.Request, stop func() bool, keep bool) (*http.Response, error) {
+	c.limit = t.maxHeader
 	var resp *http.Response
 	for {
 		var err error
@@ -215,21 +232,21 @@ func (t *h1Transport) readAnswer(c *h1Conn, req *http.Request, stop func() bool,
 		}
 	}
 	c.limit = -1
-	body := &h1Body{t: t, c: c, ctx: req.Context(), src: resp.Body, stop: stop,
+	b := &body{t: t, c: c, ctx: req.Context(), src: resp.Body, stop: stop,
 		keep: keep && !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols}
 	if resp.Body == http.NoBody {
-		body.eof = true
-		body.Close()
+		b.eof = true
+		b.Close()
 		return resp, nil
 	}
-	resp.Body = body
+	resp.Body = b
 	return resp, nil
 }
 
-// h1Body is an answer's body: its connection goes back to the pool once it was read to the end.
-type h1Body struct {
-	t    *h1Transport
-	c    *h1Conn
+// body is an answer's body: its connection goes back to the pool once it was read to the end.
+type body struct {
+	t    *Transport
+	c    *conn
 	ctx  context.Context // the request's
 	src  io.ReadCloser
 	keep bool // the connection may serve another request once the body is read
@@ -238,7 +255,7 @@ type h1Body struct {
 	done bool
 }
 
-func (b *h1Body) Read(p []byte) (int, error) {
+func (b *body) Read(p []byte) (int, error) {
 	if b.done {
 		return 0, errors.New("read on a closed body")
 	}
@@ -266,12 +283,12 @@ func contextErr(ctx context.Context) error {
 	return nil
 }
 
-// knownSmallBody reports whether req's body has a known length of at most h1MaxBody.
+// knownSmallBody reports whether req's body has a known length of at most maxBody.
 func knownSmallBody(req *http.Request) bool {
 	if req.Body == nil || req.Body == http.NoBody {
 		return true
 	}
-	return req.ContentLength > 0 && req.ContentLength <= h1MaxBody
+	return req.ContentLength > 0 && req.ContentLength <= maxBody
 }
 
 // asciiOnly reports whether s has no byte outside ASCII.
@@ -286,7 +303,7 @@ func asciiOnly(s string) bool {
 
 // Close hands the connection back, or closes it when the body was not read to the end (reading
 // the rest could take forever) or the connection cannot be reused.
-func (b *h1Body) Close() error {
+func (b *body) Close() error {
 	if b.done {
 		return nil
 	}
@@ -299,8 +316,8 @@ func (b *h1Body) Close() error {
 	return b.c.nc.Close()
 }
 
-// conn returns an idle connection to addr that is still alive (unless fresh) or dials one.
-func (t *h1Transport) conn(ctx context.Context, addr string, fresh bool) (*h1Conn, bool, error) {
+// get returns an idle connection to addr that is still alive (unless fresh) or dials one.
+func (t *Transport) get(ctx context.Context, addr string, fresh bool) (*conn, bool, error) {
 	for !fresh {
 		c := t.take(addr)
 		if c == nil {
@@ -315,7 +332,7 @@ func (t *h1Transport) conn(ctx context.Context, addr string, fresh bool) (*h1Con
 	if err != nil {
 		return nil, false, err
 	}
-	c := &h1Conn{nc: nc, addr: addr, limit: -1}
+	c := &conn{nc: nc, addr: addr, limit: -1, tooLong: t.tooLong}
 	if sc, ok := nc.(syscall.Conn); ok {
 		if c.raw, err = sc.SyscallConn(); err != nil {
 			nc.Close()
@@ -328,7 +345,7 @@ func (t *h1Transport) conn(ctx context.Context, addr string, fresh bool) (*h1Con
 }
 
 // take removes the most recently used idle connection to addr from the pool.
-func (t *h1Transport) take(addr string) *h1Conn {
+func (t *Transport) take(addr string) *conn {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	conns := t.idle[addr]
@@ -342,7 +359,7 @@ func (t *h1Transport) take(addr string) *h1Conn {
 }
 
 // put returns c to the pool, or closes it when the pool holds maxIdle connections to its host.
-func (t *h1Transport) put(c *h1Conn) {
+func (t *Transport) put(c *conn) {
 	c.nc.SetDeadline(time.Time{})
 	c.idleAt = time.Now()
 	t.mu.Lock()
@@ -359,7 +376,7 @@ func (t *h1Transport) put(c *h1Conn) {
 
 // sweepIdle closes the connections idle for idleFor or longer and runs again when the next one
 // will be.
-func (t *h1Transport) sweepIdle() {
+func (t *Transport) sweepIdle() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := time.Now()
@@ -390,7 +407,7 @@ func (t *h1Transport) sweepIdle() {
 }
 
 // CloseIdleConnections closes the idle connections, its own and next's.
-func (t *h1Transport) CloseIdleConnections() {
+func (t *Transport) CloseIdleConnections() {
 	t.mu.Lock()
 	for addr, conns := range t.idle {
 		for _, c := range conns {

@@ -1,10 +1,10 @@
 //go:build unix
 
-package engine
+package h1
 
 import "syscall"
 
-// canPeek: h1Transport can tell a live idle connection from one the server closed.
+// canPeek: Transport can tell a live idle connection from one the server closed.
 const canPeek = true
 
 // peekIdle reports whether the socket fd has nothing to read and is not closed, without

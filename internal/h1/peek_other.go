@@ -1,8 +1,8 @@
 //go:build !unix
 
-package engine
+package h1
 
-// canPeek: without a non-blocking peek h1Transport could not tell a live idle connection from
+// canPeek: without a non-blocking peek Transport could not tell a live idle connection from
 // one the server closed, so every request goes to net/http's transport.
 const canPeek = false
 

@@ -279,12 +279,8 @@ func (h *Host) Handle(ctx context.Context, req *relay.Request) *relay.Response {
 	select {
 	case <-h.free:
 	default: // every instance is busy: wait, within the call's time
-		wait, cancel := context.WithDeadline(ctx, deadline)
-		defer cancel()
-		select {
-		case <-h.free:
-		case <-wait.Done():
-			return edgeError("no relay instance became free: %v", wait.Err())
+		if err := h.waitFree(ctx, deadline); err != nil {
+			return edgeError("no relay instance became free: %v", err)
 		}
 	}
 	h.mu.Lock()
@@ -301,6 +297,30 @@ func (h *Host) Handle(ctx context.Context, req *relay.Request) *relay.Response {
 		return edgeError("the relay module failed: %v", err)
 	}
 	return resp
+}
+
+// waitTimers holds stopped timers for waitFree: under load most requests wait for an instance,
+// and a pooled timer costs none of context.WithDeadline's allocations.
+var waitTimers = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
+
+// waitFree takes a free instance's token, or fails when ctx ends or the deadline passes first.
+func (h *Host) waitFree(ctx context.Context, deadline time.Time) error {
+	t := waitTimers.Get().(*time.Timer)
+	defer waitTimers.Put(t)
+	t.Reset(time.Until(deadline))
+	defer t.Stop() // since Go 1.23, a stopped timer's channel holds no stale value for its next use
+	select {
+	case <-h.free:
+		return nil
+	case <-t.C:
+		return context.DeadlineExceeded
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // call runs req in *in, creating the instance if needed; on failure it closes the instance and
@@ -523,9 +543,7 @@ func (h *Host) upstream(ctx context.Context, m api.Module, stack []uint64) {
 	if err != nil {
 		panic(err)
 	}
-	upCtx, cancel := context.WithDeadline(c.Context, c.deadline)
-	resp, err := h.deps.Upstream.Do(upCtx, req)
-	cancel()
+	resp, err := h.doUpstream(c, req)
 	switch {
 	case err != nil && errTimeout(err):
 		stack[0] = in.result(abi.CodeTimeout, []byte(err.Error()))
@@ -543,6 +561,19 @@ func (h *Host) upstream(ctx context.Context, m api.Module, stack []uint64) {
 		}
 		stack[0] = in.result(abi.CodeOK, in.answer)
 	}
+}
+
+// doUpstream sends req within the call's deadline. Upstream.Do bounds the request by its
+// Timeout, so a context of the call's deadline is needed only when that comes first (rarely: the
+// call timeout leaves the slowest subscriber time to answer), which saves a timer and its context
+// on each request.
+func (h *Host) doUpstream(c *callCtx, req *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
+	if time.Now().Add(req.Timeout).Before(c.deadline) {
+		return h.deps.Upstream.Do(c.Context, req)
+	}
+	ctx, cancel := context.WithDeadline(c.Context, c.deadline)
+	defer cancel()
+	return h.deps.Upstream.Do(ctx, req)
 }
 
 // refuelFunc is the function internal/fuel makes the module import, and fuelPerRefuel the loop

@@ -2,11 +2,12 @@ package harness
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 
 	"github.com/edgehook/edgehook/edge/relay"
+	"github.com/edgehook/edgehook/edge/relay/httpupstream"
 	"github.com/edgehook/edgehook/shared/wire"
 )
 
@@ -22,17 +23,15 @@ type Relay interface {
 // its dedup mark, or the origin's retry would deliver again.
 func NewHandler(r Relay, maxBody int64, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, hr *http.Request) {
-		body, err := relay.ReadBody(hr.Body, maxBody)
+		body, err := readBody(hr, maxBody)
 		if err != nil {
 			http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		header := make(relay.Header, 0, len(hr.Header))
-		for name, values := range hr.Header {
-			header.Set(name, strings.Join(values, ", ")) // as the Fetch API joins them
-		}
-		req := &relay.Request{Method: hr.Method, Header: header, Body: body}
-		resp := r.Handle(context.WithoutCancel(hr.Context()), req)
+		req := &relay.Request{Method: hr.Method, Header: httpupstream.FromHTTP(hr.Header), Body: body}
+		// Not the request's context, which ends when the origin hangs up (nor a WithoutCancel of
+		// it, whose every Value lookup, made by wazero on each call, allocates).
+		resp := r.Handle(context.Background(), req)
 		if resp.Detail != "" {
 			level, outcome := slog.LevelInfo, wire.Outcome(resp.Header.Get(wire.HeaderOutcome))
 			if _, rejected := outcome.IsRejected(); rejected || outcome == "" {
@@ -42,10 +41,19 @@ func NewHandler(r Relay, maxBody int64, log *slog.Logger) http.Handler {
 		}
 		h := w.Header()
 		h["Content-Type"] = nil // no sniffed type: like the Worker, send only what the relay set
-		for _, f := range resp.Header {
-			h.Set(f.Name, f.Value)
-		}
+		httpupstream.SetHTTP(h, resp.Header)
 		w.WriteHeader(resp.Status)
 		_, _ = w.Write(resp.Body)
 	})
+}
+
+// readBody reads the request's body, or up to max+1 bytes of it for the relay to refuse; a body of
+// known length within max is read into a buffer of its size, not grown to it.
+func readBody(hr *http.Request, max int64) ([]byte, error) {
+	if n := hr.ContentLength; n >= 0 && n <= max {
+		body := make([]byte, n)
+		_, err := io.ReadFull(hr.Body, body)
+		return body, err
+	}
+	return relay.ReadBody(hr.Body, max)
 }

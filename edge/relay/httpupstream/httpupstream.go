@@ -55,9 +55,7 @@ func (c *Client) Do(ctx context.Context, req *relay.UpstreamRequest) (*relay.Ups
 	if err != nil {
 		return nil, fmt.Errorf("build request: %w", err)
 	}
-	for _, f := range req.Header {
-		hreq.Header.Set(f.Name, f.Value)
-	}
+	SetHTTP(hreq.Header, req.Header)
 	gzipped := hreq.Header.Get("Accept-Encoding") == "" && hreq.Header.Get("Range") == ""
 	if gzipped {
 		hreq.Header.Set("Accept-Encoding", "gzip")
@@ -79,11 +77,7 @@ func (c *Client) Do(ctx context.Context, req *relay.UpstreamRequest) (*relay.Ups
 	// The subscriber has answered once its status is here: a body that then breaks off or stalls
 	// past the timeout costs the excerpt only, not the answer (a 2xx must get its dedup mark).
 	excerpt, _ := io.ReadAll(io.LimitReader(body, wire.MaxExcerptBytes))
-	h := make(relay.Header, 0, len(resp.Header))
-	for k, vs := range resp.Header {
-		h.Set(k, strings.Join(vs, ", "))
-	}
-	return &relay.UpstreamResponse{Status: resp.StatusCode, Header: h, Body: excerpt}, nil
+	return &relay.UpstreamResponse{Status: resp.StatusCode, Header: FromHTTP(resp.Header), Body: excerpt}, nil
 }
 
 func classify(ctx context.Context, err error) error {

@@ -140,8 +140,8 @@ func timeClaims(ctx context.Context, st *store.Store, k int) ([]time.Duration, e
 		}
 		if stale, err := st.Settle(ctx, now, store.CircuitPolicy{}, settle); err != nil {
 			return nil, fmt.Errorf("settle a claimed batch: %w", err)
-		} else if stale > 0 {
-			return nil, fmt.Errorf("settle a claimed batch: %d of its leases lost", stale)
+		} else if len(stale) > 0 {
+			return nil, fmt.Errorf("settle a claimed batch: %d of its leases lost", len(stale))
 		}
 	}
 	return out, nil

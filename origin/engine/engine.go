@@ -128,6 +128,7 @@ type DrainResult struct {
 	Retried   int // failed and rescheduled (including throttled and edge-coalesced)
 	Dead      int
 	Released  int  // returned unsent at the end
+	Stale     int  // outcomes that came back after their lease had expired: not written, and in none of the above
 	Idle      bool // it stopped because nothing was due
 }
 

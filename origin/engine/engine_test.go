@@ -541,6 +541,43 @@ func TestSettlesClaimTheSlotsTheyFreeExactlyOnce(t *testing.T) {
 	}
 }
 
+func TestAnOutcomeAfterItsLeaseExpiredIsStaleNotDelivered(t *testing.T) {
+	t.Parallel()
+	// The subscriber answers only after the lease has expired and another process has claimed the
+	// delivery again: the store keeps nothing of the late 200, so the drain must not count it
+	// delivered (the delivery is the other claim's, and will be sent again).
+	e := newEnv(t, Config{})
+	arrived, answer := make(chan struct{}), make(chan struct{})
+	k := newSink(t, func(w http.ResponseWriter, r *recorded) {
+		close(arrived)
+		<-answer
+		w.WriteHeader(http.StatusOK)
+	})
+	e.sub(store.SubscriberInput{ID: "a", URL: k.URL})
+	e.emit("e1", "t", `{}`)
+	done := make(chan DrainResult)
+	go func() {
+		res, err := e.eng.Drain(context.Background(), DrainOptions{For: 20 * time.Second, UntilIdle: true})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	<-arrived
+	e.clk.Advance(2 * DefaultLeaseDuration)
+	other, err := e.st.Claim(context.Background(), store.ClaimParams{Now: e.clk.Now(), Limit: 10, LeaseDuration: DefaultLeaseDuration})
+	close(answer)
+	if err != nil || len(other.Deliveries) != 1 {
+		t.Fatalf("the other process claimed %d deliveries (%v), want the expired one", len(other.Deliveries), err)
+	}
+	if res := <-done; res.Claimed != 1 || res.Stale != 1 || res.Delivered != 0 {
+		t.Fatalf("%+v, want 1 claimed, 1 stale and none delivered", res)
+	}
+	if d := e.only(); d.Status != store.StatusLeased {
+		t.Fatalf("the delivery is %s, want still leased by the other claim", d.Status)
+	}
+}
+
 func TestDrainAppliesRetention(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{Retention: 24 * time.Hour})

@@ -343,7 +343,7 @@ func (r *run) completer() {
 // signals the loop as after any settle. The caller holds writer.
 func (r *run) settleAndClaim(batch []store.Settlement) bool {
 	out := claimOutcome{limit: min(cap(r.slots)-len(r.slots)+len(batch), r.e.cfg.BatchSize)}
-	var stale int
+	var stale []int64
 	drop(r.e.st.Wake())
 	stale, out.res, out.err = r.e.st.SettleAndClaim(context.Background(), r.e.cfg.Now(), r.policy(), batch, r.claimParams(out.limit))
 	if out.err != nil {
@@ -460,7 +460,7 @@ func (r *run) take(batch []store.Settlement, wait <-chan time.Time) []store.Sett
 func (r *run) settle(batch []store.Settlement) {
 	var err error
 	for try := 0; try < 3; try++ {
-		var stale int
+		var stale []int64
 		stale, err = r.e.st.Settle(context.Background(), r.e.cfg.Now(), r.policy(), batch)
 		if err == nil {
 			r.settled(batch, stale)
@@ -478,14 +478,23 @@ func (r *run) policy() store.CircuitPolicy {
 	return store.CircuitPolicy{Threshold: r.e.cfg.CircuitThreshold, BaseCooldown: r.e.cfg.CircuitCooldown, MaxCooldown: r.e.cfg.CircuitMaxCooldown}
 }
 
-// settled counts a batch written, stale of whose outcomes had lost their lease.
-func (r *run) settled(batch []store.Settlement, stale int) {
-	r.e.m.staleSettles.Add(float64(stale))
-	if stale > 0 {
-		r.e.log.Warn("outcomes arrived after their lease was taken over", "count", stale)
+// settled counts a batch written, but for the outcomes of the deliveries in stale, which had lost
+// their lease: the store kept none of them, and the deliveries are another claim's now.
+func (r *run) settled(batch []store.Settlement, stale []int64) {
+	r.e.m.staleSettles.Add(float64(len(stale)))
+	lost := make(map[int64]bool, len(stale))
+	for _, seq := range stale {
+		lost[seq] = true
+	}
+	if len(stale) > 0 {
+		r.e.log.Warn("outcomes arrived after their lease was taken over", "count", len(stale))
 	}
 	r.count(func(d *DrainResult) {
+		d.Stale += len(stale)
 		for _, it := range batch {
+			if lost[it.Seq] {
+				continue
+			}
 			switch it.Result {
 			case store.ResultDelivered:
 				d.Delivered++

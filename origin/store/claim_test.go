@@ -17,7 +17,7 @@ func settle(t testing.TB, s *Store, now time.Time, items ...Settlement) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return stale
+	return len(stale)
 }
 
 func done(c Claimed, r Result) Settlement {
@@ -234,8 +234,8 @@ func TestSettleAndClaimInOneTransaction(t *testing.T) {
 	lost.LeaseToken = "stale" // a lease taken over: changes nothing, and must not stop the claim
 	stale, res, err := s.SettleAndClaim(context.Background(), clk.Now(), policy, []Settlement{ok, lost},
 		ClaimParams{Now: clk.Now(), Limit: 10, LeaseDuration: time.Minute})
-	if err != nil || stale != 1 {
-		t.Fatalf("stale = %d, err = %v; want 1, nil", stale, err)
+	if err != nil || len(stale) != 1 || stale[0] != lost.Seq {
+		t.Fatalf("stale = %v, err = %v; want [%d], nil", stale, err, lost.Seq)
 	}
 	bySub := map[string]int{}
 	for _, c := range res.Deliveries {

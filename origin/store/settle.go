@@ -65,18 +65,18 @@ type Settlement struct {
 
 // Settle applies outcomes in one transaction (the engine batches them). Every update checks the
 // lease token, so a worker whose lease expired and was re-claimed cannot overwrite the new owner;
-// such settlements are skipped and counted in stale.
+// such settlements are skipped, and stale lists their deliveries (Seq).
 //
 // The whole batch is an UPDATE … FROM (VALUES …) and an INSERT of attempts (prepared statements
 // of padChunks rows, padded), then at most one read and one write of the limiter rows touched: the number
 // of statements, not of rows, is what a batch costs.
-func (s *Store) Settle(ctx context.Context, now time.Time, policy CircuitPolicy, items []Settlement) (stale int, err error) {
+func (s *Store) Settle(ctx context.Context, now time.Time, policy CircuitPolicy, items []Settlement) (stale []int64, err error) {
 	if len(items) == 0 {
-		return 0, nil
+		return nil, nil
 	}
 	rows, err := newSettleRows(items)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	var superseded int64
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
@@ -95,16 +95,16 @@ func (s *Store) Settle(ctx context.Context, now time.Time, policy CircuitPolicy,
 
 // SettleAndClaim settles items as Settle does and then claims as Claim does, in one write
 // transaction: an engine whose settle frees slots refills them without waiting for a second turn
-// on the writer. A stale settlement (lost lease) is skipped and counted, as in Settle; it does not
+// on the writer. A stale settlement (lost lease) is skipped and listed, as in Settle; it does not
 // stop the claim. With no items it is a Claim.
-func (s *Store) SettleAndClaim(ctx context.Context, now time.Time, policy CircuitPolicy, items []Settlement, p ClaimParams) (stale int, res ClaimResult, err error) {
+func (s *Store) SettleAndClaim(ctx context.Context, now time.Time, policy CircuitPolicy, items []Settlement, p ClaimParams) (stale []int64, res ClaimResult, err error) {
 	rows, err := newSettleRows(items)
 	if err != nil {
-		return 0, ClaimResult{}, err
+		return nil, ClaimResult{}, err
 	}
 	c, err := s.newClaim(p)
 	if err != nil {
-		return 0, ClaimResult{}, err
+		return nil, ClaimResult{}, err
 	}
 	var superseded int64
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
@@ -119,7 +119,7 @@ func (s *Store) SettleAndClaim(ctx context.Context, now time.Time, policy Circui
 		return err
 	})
 	if err != nil {
-		return 0, ClaimResult{}, err
+		return nil, ClaimResult{}, err
 	}
 	s.claimed(c)
 	s.counters.add(superseded+res.superseded, 0)
@@ -143,32 +143,34 @@ func newSettleRows(items []Settlement) ([]settleRow, error) {
 	return rows, nil
 }
 
-// settleTx applies a checked batch in tx and returns how many settlements were stale. It adds the
-// moves out of leased to moves, for the caller to write.
-func (s *Store) settleTx(ctx context.Context, tx *sql.Tx, now time.Time, policy CircuitPolicy, items []Settlement, rows []settleRow, moves countDeltas) (int, error) {
+// settleTx applies a checked batch in tx and returns the deliveries whose settlements were stale.
+// It adds the moves out of leased to moves, for the caller to write.
+func (s *Store) settleTx(ctx context.Context, tx *sql.Tx, now time.Time, policy CircuitPolicy, items []Settlement, rows []settleRow, moves countDeltas) ([]int64, error) {
 	settled := countDeltas{}
 	attempts := map[int64]int{}
 	// Leased ranges first: in a drain every settlement is of one, and nothing is left to update.
 	if err := s.settleLeased(ctx, tx, rows, ms(now), attempts, settled); err != nil {
-		return 0, fmt.Errorf("settle: %w", err)
+		return nil, fmt.Errorf("settle: %w", err)
 	}
 	if err := s.settleDeliveries(ctx, tx, rows, ms(now), attempts, settled); err != nil {
-		return 0, fmt.Errorf("settle: %w", err)
+		return nil, fmt.Errorf("settle: %w", err)
 	}
 	if err := s.countDelivered(ctx, tx, settled, ms(now)); err != nil {
-		return 0, fmt.Errorf("settle: %w", err)
+		return nil, fmt.Errorf("settle: %w", err)
 	}
 	for k, n := range settled {
 		moves[k] += n
 	}
 	if err := s.logAttempts(ctx, tx, items, attempts); err != nil {
-		return 0, fmt.Errorf("settle: attempts: %w", err)
+		return nil, fmt.Errorf("settle: attempts: %w", err)
 	}
 	var order []string
+	var stale []int64
 	bySub := map[string][]*Settlement{}
 	for i := range items {
 		it := &items[i]
 		if _, ok := attempts[it.Seq]; !ok {
+			stale = append(stale, it.Seq)
 			continue
 		}
 		if bySub[it.SubscriberID] == nil {
@@ -176,7 +178,7 @@ func (s *Store) settleTx(ctx context.Context, tx *sql.Tx, now time.Time, policy 
 		}
 		bySub[it.SubscriberID] = append(bySub[it.SubscriberID], it)
 	}
-	return len(items) - len(attempts), s.settleSubscribers(ctx, tx, order, bySub, now, policy)
+	return stale, s.settleSubscribers(ctx, tx, order, bySub, now, policy)
 }
 
 // settleRow is one settlement as the batch UPDATE reads it (settleSQL's j, in this order).

@@ -251,7 +251,7 @@ async function post(url, headers, body, timeoutMs, maxBytes) {
   }
 }
 
-let instance; // Promise of the live instance: { serve, exited }
+let instance; // Promise of the live instance: { serve, bodyCap, track, untrack }
 
 function start(isolateEnv, ctx) {
   const started = (async () => {
@@ -269,7 +269,7 @@ function start(isolateEnv, ctx) {
     // Calls a Go export that hands work to a goroutine, then lets Go's scheduler run it. Only from
     // a promise callback (a request's start, an operation's outcome), never while Go runs — from an
     // io function, say: Go's exports may not be entered from inside Go. An instance that has
-    // exited takes nothing more (its requests are answered by `exited`).
+    // exited takes nothing more (its requests are answered by their crash answers, respond).
     let running = false;
     const wake = (fn, ...args) => {
       if (go.exited) return;
@@ -289,8 +289,13 @@ function start(isolateEnv, ctx) {
       () => "the Go instance exited",
       (e) => `the Go instance failed: ${e}`,
     );
-    exited.then(() => {
-      // Its requests were answered 500 (respond below); its operations' outcomes are dropped.
+    // The crash answer of each request in this instance (respond), until it is answered.
+    const inFlight = new Set();
+    let gone = null; // why the instance ended, once it has
+    exited.then((why) => {
+      gone = why;
+      for (const crashed of inFlight) crashed(why);
+      // Its requests were answered 500 (above); its operations' outcomes are dropped.
       requests.clear();
       results.clear();
       live = undefined;
@@ -300,7 +305,13 @@ function start(isolateEnv, ctx) {
     if (early) throw new Error(early);
     // A plain call: it only returns a number, so Go's scheduler needs no resumption (wake).
     const bodyCap = wasm.exports.edgehookBodyCap();
-    return { serve: (...args) => wake(wasm.exports.edgehookServe, ...args), exited, bodyCap };
+    return {
+      serve: (...args) => wake(wasm.exports.edgehookServe, ...args),
+      bodyCap,
+      // Calls crashed(why) if the instance ends before untrack(crashed), at once if it has ended.
+      track: (crashed) => (gone === null ? inFlight.add(crashed) : crashed(gone)),
+      untrack: (crashed) => inFlight.delete(crashed),
+    };
   })();
   started.catch(() => {
     if (instance === started) instance = undefined; // the next request tries again
@@ -328,18 +339,31 @@ async function handle(req, serve, bodyCap) {
 
 async function respond(req, env, ctx) {
   instance ??= start(env, ctx);
-  const { serve, exited, bodyCap } = await instance;
-  // If the instance dies while this request is in it, answer instead of hanging.
-  return Promise.race([
-    handle(req, serve, bodyCap),
-    exited.then(
-      (why) =>
+  const go = await instance;
+  // If the instance dies while this request is in it, answer instead of hanging. Not a
+  // Promise.race with a promise of the instance's end: each race would leave a reaction on that
+  // promise, holding the request's answer, for as long as the instance lives (a leak of some KB per
+  // request, and ever longer garbage collections).
+  return new Promise((resolve, reject) => {
+    const crashed = (why) =>
+      resolve(
         new Response(`rejected:edge_crashed: ${why}\n`, {
           status: 500,
           headers: { "Edgehook-Outcome": "rejected:edge_crashed", "Content-Type": "text/plain; charset=utf-8" },
         }),
-    ),
-  ]);
+      );
+    go.track(crashed);
+    handle(req, go.serve, go.bodyCap).then(
+      (res) => {
+        go.untrack(crashed);
+        resolve(res);
+      },
+      (e) => {
+        go.untrack(crashed);
+        reject(e);
+      },
+    );
+  });
 }
 
 export default {

@@ -6,6 +6,12 @@ const enc = new TextEncoder();
 
 let keys; // the imported edge secrets, once per isolate
 
+// The headers the Go relay never forwards (stripped in edge/relay/relay.go): hop headers, transport
+// headers (Accept-Encoding too) and the origin connection's address headers.
+const STRIPPED = new Set(["accept-encoding", "content-length", "connection", "x-real-ip", "host", "keep-alive",
+  "proxy-connection", "proxy-authorization", "te", "trailer", "transfer-encoding", "true-client-ip", "forwarded", "upgrade"]);
+const stripped = (k) => k.startsWith("edgehook-") || k.startsWith("cf-") || k.startsWith("x-forwarded-") || STRIPPED.has(k);
+
 async function hmacKeys(env) {
   keys ??= await Promise.all(
     env.EDGE_SECRET.split(",").map((s) => {
@@ -34,7 +40,7 @@ export default {
     const rec = JSON.parse(raw);
     if (mark !== null) return new Response("", { status: 200 });
     const fwd = new Headers(h);
-    for (const k of [...fwd.keys()]) if (k.startsWith("edgehook-")) fwd.delete(k);
+    for (const k of [...fwd.keys()]) if (stripped(k)) fwd.delete(k);
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), rec.timeout_ms);
     const start = Date.now();

@@ -490,12 +490,13 @@ func (r *run) policy() store.CircuitPolicy {
 // their lease: the store kept none of them, and the deliveries are another claim's now.
 func (r *run) settled(batch []store.Settlement, stale []int64) {
 	r.e.m.staleSettles.Add(float64(len(stale)))
-	lost := make(map[int64]bool, len(stale))
-	for _, seq := range stale {
-		lost[seq] = true
-	}
+	var lost map[int64]bool // nil, and read as empty, in nearly every batch
 	if len(stale) > 0 {
 		r.e.log.Warn("outcomes arrived after their lease was taken over", "count", len(stale))
+		lost = make(map[int64]bool, len(stale))
+		for _, seq := range stale {
+			lost[seq] = true
+		}
 	}
 	r.count(func(d *DrainResult) {
 		d.Stale += len(stale)

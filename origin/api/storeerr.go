@@ -8,14 +8,12 @@ import (
 	"github.com/edgehook/edgehook/origin/store"
 )
 
-// SQLite primary result codes that mean "cannot write now": busy, locked, read-only, I/O error,
-// disk full, cannot open. The driver's error exposes them through Code(); matching the method
-// instead of the type keeps the driver out of this package.
-var unavailableCodes = map[int]bool{5: true, 6: true, 8: true, 10: true, 13: true, 14: true}
+// SQLite primary result codes that mean "cannot write now".
+var unavailableCodes = map[int]bool{store.CodeBusy: true, store.CodeLocked: true, store.CodeReadOnly: true,
+	store.CodeIOErr: true, store.CodeFull: true, store.CodeCantOpen: true}
 
 // mapStoreError maps the store's errors; nil when err is none of them.
 func mapStoreError(err error) *Error {
-	var coded interface{ Code() int }
 	switch {
 	case errors.Is(err, store.ErrQueueFull):
 		retry := defaultQueueFullRetry
@@ -31,7 +29,7 @@ func mapStoreError(err error) *Error {
 	case errors.Is(err, store.ErrInvalidState):
 		return errorf(http.StatusConflict, CodeInvalidState, "", "%v", err)
 	case errors.Is(err, store.ErrClosed), errors.Is(err, context.DeadlineExceeded),
-		errors.As(err, &coded) && unavailableCodes[coded.Code()&0xff]:
+		unavailableCodes[store.ResultCode(err)]:
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, RetryAfter: defaultUnavailableRetry,
 			Message: "the database cannot be written right now; retry later", Err: err}
 	}

@@ -24,6 +24,27 @@ var (
 	ErrClosed = errors.New("store closed")
 )
 
+// SQLite primary result codes that callers branch on, as ResultCode returns them.
+const (
+	CodeBusy     = 5  // SQLITE_BUSY: another connection held the lock past the busy timeout
+	CodeLocked   = 6  // SQLITE_LOCKED
+	CodeReadOnly = 8  // SQLITE_READONLY: a write to a database this process may only read
+	CodeIOErr    = 10 // SQLITE_IOERR
+	CodeFull     = 13 // SQLITE_FULL: the disk is full
+	CodeCantOpen = 14 // SQLITE_CANTOPEN
+)
+
+// ResultCode returns the SQLite primary result code that err carries, or 0 if it carries none.
+// The driver's error exposes the extended code through Code(), whose low byte is the primary one;
+// matching the method instead of the type keeps the driver out of the callers.
+func ResultCode(err error) int {
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) {
+		return coded.Code() & 0xff
+	}
+	return 0
+}
+
 // QueueFullError is returned by Emit when the global backlog cap is reached. It wraps ErrQueueFull.
 type QueueFullError struct {
 	Depth      int64         // deliveries pending or in flight

@@ -12,6 +12,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+
+	"github.com/edgehook/edgehook/origin/store"
 )
 
 // The engine and the API allocate a little per delivery and per request, and on a small box the
@@ -58,14 +60,10 @@ func oneLine(err error) string {
 	return strings.TrimSpace(msg)
 }
 
-// sqliteBusy is SQLite's primary result code for a lock another connection holds.
-const sqliteBusy = 5
-
 // busyHint tells the operator what a bare "database is locked" means: another process kept the
 // write lock for longer than this one was willing to wait.
 func busyHint(err error) string {
-	var coded interface{ Code() int }
-	if errors.As(err, &coded) && coded.Code()&0xff == sqliteBusy {
+	if store.ResultCode(err) == store.CodeBusy {
 		return fmt.Sprintf(" (another process held the write lock for longer than --busy-timeout %s)", global.busyTimeout)
 	}
 	return ""

@@ -127,9 +127,6 @@ func openStore(ctx context.Context) (*store.Store, error) {
 	return st, nil
 }
 
-// sqliteReadOnly is SQLite's primary result code for a write to a database opened read-only.
-const sqliteReadOnly = 8
-
 // openWritableStore opens the database for serve and drain, which must write it: a file this
 // process may only read is an error at once, instead of a claim failure logged at every poll.
 // A lock held by another process is not: it passes.
@@ -138,8 +135,7 @@ func openWritableStore(ctx context.Context) (*store.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	var coded interface{ Code() int }
-	if err := st.Ping(ctx); errors.As(err, &coded) && coded.Code()&0xff == sqliteReadOnly {
+	if err := st.Ping(ctx); store.ResultCode(err) == store.CodeReadOnly {
 		st.Close()
 		return nil, fmt.Errorf("open database %s: this process may not write it (file or directory permissions?): %w", global.db, err)
 	}

@@ -96,20 +96,21 @@ func BenchmarkClaimSettle(b *testing.B) {
 }
 
 // BenchmarkSettleAndClaim measures the queue's side of a drain as the engine runs it: 12
-// subscribers at an in-flight cap of 8 (96 leased), each transaction settling 24 delivered and
-// claiming the places that frees. Small transactions make the per-transaction work count (the
-// statements, the WAL pages written at commit: wal-frames/txn).
+// subscribers at the default in-flight cap (192 leased), each transaction settling 32 delivered
+// (the batch the engine writes without waiting for more, engine.settleEnough) and claiming the
+// places that frees. Small transactions make the per-transaction work count (the statements, the
+// WAL pages written at commit: wal-frames/txn).
 func BenchmarkSettleAndClaim(b *testing.B) {
-	const subscribers, batch = 12, 24
+	const subscribers, batch = 12, 32
 	// No checkpoint after the first: the WAL then holds exactly the frames written since.
 	s, clk := open(b, Options{GlobalCap: 1 << 40, BacklogCap: 1 << 40, checkpointEvery: time.Hour})
 	for i := range subscribers {
-		mustSub(b, s, SubscriberInput{ID: fmt.Sprintf("s%d", i), RatePerSec: MaxRatePerSec, Burst: MaxBurst, MaxInFlight: 8})
+		mustSub(b, s, SubscriberInput{ID: fmt.Sprintf("s%d", i), RatePerSec: MaxRatePerSec, Burst: MaxBurst, MaxInFlight: DefaultMaxInFlight})
 	}
-	emitN(b, s, "x", b.N/subscribers+2*batch)
+	emitN(b, s, "x", b.N/subscribers+DefaultMaxInFlight+2*batch)
 	policy := CircuitPolicy{Threshold: 5, BaseCooldown: time.Second, MaxCooldown: time.Minute}
 	params := func(n int) ClaimParams { return ClaimParams{Now: clk.Now(), Limit: n, LeaseDuration: time.Minute} }
-	res, err := s.Claim(context.Background(), params(subscribers*8))
+	res, err := s.Claim(context.Background(), params(subscribers*DefaultMaxInFlight))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -233,7 +233,7 @@ func (s *Store) GetDelivery(ctx context.Context, id string) (*Delivery, error) {
 	if err != nil {
 		return nil, err
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT at, number, status, latency_ms, outcome, error, excerpt FROM attempts WHERE delivery_seq = ? ORDER BY id`, seq)
+	rows, err := tx.QueryContext(ctx, `SELECT at, number, status, latency_ms, outcome, error, excerpt FROM all_attempts WHERE delivery_seq = ? ORDER BY ord`, seq)
 	if err != nil {
 		return nil, err
 	}

@@ -162,11 +162,11 @@ func TestDeletesLeaveNoOrphans(t *testing.T) {
 			}
 		}
 	}
-	goneAttempts := countRows(t, s, `SELECT count(*) FROM attempts a JOIN deliveries d ON d.seq = a.delivery_seq WHERE d.subscriber_id IN ('gone', 'held')`)
+	goneAttempts := countRows(t, s, `SELECT count(*) FROM all_attempts a JOIN deliveries d ON d.seq = a.delivery_seq WHERE d.subscriber_id IN ('gone', 'held')`)
 	if goneAttempts == 0 || countRows(t, s, `SELECT count(*) FROM subscriber_secrets WHERE subscriber_id = 'gone'`) != 2 {
 		t.Fatal("the deleted subscribers have no attempts, or gone has not two secrets")
 	}
-	attempts := countRows(t, s, `SELECT count(*) FROM attempts`)
+	attempts := countRows(t, s, `SELECT count(*) FROM all_attempts`)
 
 	for _, id := range []string{"gone", "held"} {
 		if err := s.DeleteSubscriber(ctx, id); err != nil {
@@ -189,7 +189,7 @@ func TestDeletesLeaveNoOrphans(t *testing.T) {
 	if stale := settle(t, s, clk.Now(), items...); stale != inFlight {
 		t.Fatalf("%d stale settlements after the delete, want the %d of deleted subscribers", stale, inFlight)
 	}
-	if got, want := countRows(t, s, `SELECT count(*) FROM attempts`), attempts-goneAttempts+2; got != want {
+	if got, want := countRows(t, s, `SELECT count(*) FROM all_attempts`), attempts-goneAttempts+2; got != want {
 		t.Fatalf("%d attempts after the delete, want %d (%d before, %d of the deleted, keep's 2 settled)", got, want, attempts, goneAttempts)
 	}
 	for _, table := range []string{"deliveries", "subscriber_secrets", "limiter", "queue_counts", "delivered_by_second"} {

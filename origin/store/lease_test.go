@@ -298,3 +298,103 @@ func TestPruneLooksAtLeasesThroughTheEventsFanout(t *testing.T) {
 		t.Errorf("prune's events plan %q, want the walk on events_created and one seek of fanout_members per lease", p)
 	}
 }
+
+// TestARangeDeliveryKeepsItsFirstAttemptOnItsRow: the settle that writes a range delivery's row
+// keeps its first attempt on that row, not in attempts (migration 0012), whatever its result;
+// later attempts go to attempts, and the attempt log lists them all in order.
+func TestARangeDeliveryKeepsItsFirstAttemptOnItsRow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	emitN(t, s, "x", 3)
+	cs := claim(t, s, clk.Now(), 10).Deliveries
+	sent := clk.Now()
+	ok := done(cs[0], ResultDelivered)
+	ok.Status, ok.Attempt = 200, &Attempt{At: sent, Status: 200, LatencyMS: 7, Outcome: "delivered", Excerpt: "thanks"}
+	retry := done(cs[1], ResultRetry)
+	retry.NextAttemptAt, retry.Status, retry.Error = sent.Add(time.Minute), 500, "HTTP 500"
+	retry.Attempt = &Attempt{At: sent, Status: 500, LatencyMS: 3, Outcome: "http_5xx", Error: "HTTP 500", Excerpt: "oops"}
+	coalesced := done(cs[2], ResultReschedule) // counts no attempt: its record is not a first one
+	coalesced.NextAttemptAt, coalesced.Attempt = sent.Add(time.Minute), &Attempt{At: sent, Outcome: "coalesced"}
+	settle(t, s, sent, ok, retry, coalesced)
+	if n := countRows(t, s, `SELECT count(*) FROM attempts`); n != 1 {
+		t.Fatalf("%d attempts rows, want only the rescheduled delivery's: the others are on their rows", n)
+	}
+	log := func(c Claimed) []Attempt {
+		t.Helper()
+		d, err := s.GetDelivery(ctx, c.DeliveryID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.AttemptLog
+	}
+	first := Attempt{At: sent, Number: 1, Status: 200, LatencyMS: 7, Outcome: "delivered", Excerpt: "thanks"}
+	if got := log(cs[0]); len(got) != 1 || !got[0].At.Equal(sent) || got[0] != (Attempt{At: got[0].At, Number: 1, Status: 200, LatencyMS: 7, Outcome: "delivered", Excerpt: "thanks"}) {
+		t.Fatalf("the delivered one's attempts %+v, want %+v", got, first)
+	}
+	if got := log(cs[2]); len(got) != 1 || got[0].Number != 0 || got[0].Outcome != "coalesced" {
+		t.Fatalf("the rescheduled one's attempts %+v, want its uncounted one", got)
+	}
+
+	// The retry is a row now: its second attempt goes to attempts, after the first on its row.
+	clk.Advance(time.Minute)
+	var second *Claimed
+	for _, c := range claim(t, s, clk.Now(), 10).Deliveries {
+		if c.Seq == cs[1].Seq {
+			second = &c
+		}
+	}
+	if second == nil {
+		t.Fatal("the retry was not claimed once due")
+	}
+	again := done(*second, ResultDelivered)
+	again.Status, again.Attempt = 204, &Attempt{At: clk.Now(), Status: 204, LatencyMS: 2, Outcome: "delivered"}
+	settle(t, s, clk.Now(), again)
+	got := log(cs[1])
+	if len(got) != 2 || got[0].Number != 1 || got[0].Status != 500 || got[0].Error != "HTTP 500" || got[0].Excerpt != "oops" ||
+		got[1].Number != 2 || got[1].Status != 204 || !got[1].At.Equal(clk.Now()) {
+		t.Fatalf("the retried one's attempts %+v, want its first (500, on its row) then its second (204)", got)
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM all_attempts`); n != 4 {
+		t.Fatalf("%d attempts in all, want 4", n)
+	}
+}
+
+// TestMigrationTo12KeepsTheAttemptLog: attempts written before migration 0012, in attempts only,
+// are still a delivery's attempt log after it.
+func TestMigrationTo12KeepsTheAttemptLog(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "old.db")
+	clk := newClock()
+	old, err := openVersion(ctx, Options{Path: path, Now: clk.Now}, 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldSub(t, old, "a")
+	now := ms(clk.Now())
+	for _, q := range []string{
+		`INSERT INTO events(seq, id, type, body, body_hash, created_at) VALUES (1, 'old', 't', '{}', x'00', ?1)`,
+		`INSERT INTO deliveries(seq, event_seq, subscriber_id, status, attempts, next_attempt_at, age_from, created_at, updated_at, delivered_at)
+			VALUES (1048576, 1, 'a', 'delivered', 2, ?1, ?1, ?1, ?1, ?1)`,
+		`INSERT INTO queue_counts VALUES ('a', 'delivered', 1)`,
+		`INSERT INTO attempts(delivery_seq, number, at, status, latency_ms, outcome, error) VALUES
+			(1048576, 1, ?1, 503, 4, 'http_5xx', 'HTTP 503'), (1048576, 2, ?1, 200, 5, 'delivered', '')`,
+	} {
+		if _, err := old.w.Exec(q, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := open(t, Options{Path: path, Now: clk.Now})
+	d, err := s.GetDelivery(ctx, s.deliveryID(1048576))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.AttemptLog; len(got) != 2 || got[0].Number != 1 || got[0].Status != 503 || got[1].Number != 2 || got[1].Status != 200 {
+		t.Fatalf("attempt log after the upgrade %+v, want the two attempts in order", got)
+	}
+}

@@ -148,8 +148,9 @@ func newSettleRows(items []Settlement) ([]settleRow, error) {
 func (s *Store) settleTx(ctx context.Context, tx *sql.Tx, now time.Time, policy CircuitPolicy, items []Settlement, rows []settleRow, moves countDeltas) ([]int64, error) {
 	settled := countDeltas{}
 	attempts := map[int64]int{}
+	inlined := map[int64]bool{}
 	// Leased ranges first: in a drain every settlement is of one, and nothing is left to update.
-	if err := s.settleLeased(ctx, tx, rows, ms(now), attempts, settled); err != nil {
+	if err := s.settleLeased(ctx, tx, rows, ms(now), attempts, inlined, settled); err != nil {
 		return nil, fmt.Errorf("settle: %w", err)
 	}
 	if err := s.settleDeliveries(ctx, tx, rows, ms(now), attempts, settled); err != nil {
@@ -161,7 +162,7 @@ func (s *Store) settleTx(ctx context.Context, tx *sql.Tx, now time.Time, policy 
 	for k, n := range settled {
 		moves[k] += n
 	}
-	if err := s.logAttempts(ctx, tx, items, attempts); err != nil {
+	if err := s.logAttempts(ctx, tx, items, attempts, inlined); err != nil {
 		return nil, fmt.Errorf("settle: attempts: %w", err)
 	}
 	var order []string
@@ -186,17 +187,29 @@ type settleRow struct {
 	Seq      int64
 	Token    string
 	Status   string // delivered | dead | unsent (pending, or held if the subscriber is disabled)
-	Inc      int    // 1 when the attempt counts
+	Inc      int64  // 1 when the attempt counts
 	Next     int64  // new next_attempt_at, 0 to keep
 	Reason   string
-	KeepLast int // 1: leave last_status and last_error (release)
-	Code     int
+	KeepLast int64 // 1: leave last_status and last_error (release)
+	Code     int64
 	Error    string
 	Sub      string // the subscriber, for a delivery leased as part of a range (settleLeasedSQL only)
+	First    firstAttempt
+}
+
+// firstAttempt is the attempt a settle of a delivery leased as part of a range writes on the row
+// it inserts (settleLeasedSQL, migration 0012): the delivery's first, if it counts one and has a
+// record (At 0: none). Its status and error are the row's last ones: an attempt whose differ
+// goes to attempts.
+type firstAttempt struct {
+	At      int64
+	Latency int64
+	Outcome string
+	Excerpt string
 }
 
 func newSettleRow(it *Settlement) (settleRow, error) {
-	r := settleRow{Seq: it.Seq, Token: it.LeaseToken, Code: it.Status, Error: it.Error, Sub: it.SubscriberID}
+	r := settleRow{Seq: it.Seq, Token: it.LeaseToken, Code: int64(it.Status), Error: it.Error, Sub: it.SubscriberID}
 	switch it.Result {
 	case ResultDelivered:
 		r.Status, r.Inc, r.Error = "delivered", 1, ""
@@ -210,6 +223,9 @@ func newSettleRow(it *Settlement) (settleRow, error) {
 		r.Status, r.KeepLast = "unsent", 1
 	default:
 		return r, fmt.Errorf("settle delivery %d: unknown result %d", it.Seq, it.Result)
+	}
+	if a := it.Attempt; a != nil && r.Inc == 1 && int64(a.Status) == r.Code && a.Error == r.Error {
+		r.First = firstAttempt{At: ms(a.At), Latency: a.LatencyMS, Outcome: a.Outcome, Excerpt: a.Excerpt}
 	}
 	return r, nil
 }
@@ -254,18 +270,23 @@ func (s *Store) settleDeliveries(ctx context.Context, tx *sql.Tx, batch []settle
 }
 
 // settleLeased writes the rows of the batch's deliveries that a lease of their subscriber with
-// their token holds as part of its range (migration 0011): each in its final state, in one insert.
-// It adds them to done with their attempt counts and the moves out of leased to c, and takes them
-// off their leases' counts, deleting the leases with none left. The rest are rows leased, for
-// settleDeliveries, or stale: a lease that expired and was rescued, or a deleted subscriber's.
-func (s *Store) settleLeased(ctx context.Context, tx *sql.Tx, batch []settleRow, now int64, done map[int64]int, c countDeltas) error {
-	tokens := make(map[int64]string, len(batch))
-	for _, r := range batch {
-		tokens[r.Seq] = r.Token
+// their token holds as part of its range (migration 0011): each in its final state, with its first
+// attempt on it, in one insert. It adds them to done with their attempt counts, those whose
+// attempt it wrote to inlined, and the moves out of leased to c, and takes them off their leases'
+// counts, deleting the leases with none left. The rest are rows leased, for settleDeliveries, or
+// stale: a lease that expired and was rescued, or a deleted subscriber's.
+func (s *Store) settleLeased(ctx context.Context, tx *sql.Tx, batch []settleRow, now int64, done map[int64]int, inlined map[int64]bool, c countDeltas) error {
+	bySeq := make(map[int64]*settleRow, len(batch))
+	for i := range batch {
+		bySeq[batch[i].Seq] = &batch[i]
 	}
 	settled := map[[2]string]int{} // (subscriber, token) → deliveries
 	err := s.writeSettled(ctx, tx, &settleLeasedSQL, batch, true, now, done, c, func(seq int64, sub string) {
-		settled[[2]string{sub, tokens[seq]}]++
+		r := bySeq[seq]
+		settled[[2]string{sub, r.Token}]++
+		if r.First.At > 0 {
+			inlined[seq] = true
+		}
 	})
 	if err != nil || len(settled) == 0 {
 		return err
@@ -282,21 +303,22 @@ func (s *Store) settleLeased(ctx context.Context, tx *sql.Tx, batch []settleRow,
 }
 
 // writeSettled runs stmts, settleSQL or settleLeasedSQL, over rows: parameters now, then each
-// row's fields, and its subscriber withSub. It adds the deliveries settled to done with their
+// row's fields, and its subscriber and first attempt if ranged. It adds the deliveries settled to done with their
 // attempt counts and the moves out of leased to c, and calls each, if not nil, with each one.
-func (s *Store) writeSettled(ctx context.Context, tx *sql.Tx, stmts *[len(padChunks)]string, rows []settleRow, withSub bool, now int64,
+func (s *Store) writeSettled(ctx context.Context, tx *sql.Tx, stmts *[len(padChunks)]string, rows []settleRow, ranged bool, now int64,
 	done map[int64]int, c countDeltas, each func(seq int64, sub string)) error {
 	cols := 9
-	if withSub {
-		cols = 10
+	if ranged {
+		cols = 14
 	}
 	var args []any // reused by every chunk
 	return padded(len(rows), func(k, lo, hi int) error {
 		args = append(args[:0], now)
 		for _, r := range rows[lo:hi] {
 			args = append(args, r.Seq, r.Token, r.Status, r.Inc, r.Next, r.Reason, r.KeepLast, r.Code, r.Error)
-			if withSub {
-				args = append(args, r.Sub)
+			if ranged {
+				f := &r.First
+				args = append(args, r.Sub, f.At, f.Latency, f.Outcome, f.Excerpt)
 			}
 		}
 		res, err := s.query(ctx, tx, stmts[k], padNulls(args, k, hi-lo, cols)...)
@@ -323,21 +345,26 @@ func (s *Store) writeSettled(ctx context.Context, tx *sql.Tx, stmts *[len(padChu
 }
 
 // settleLeasedSQL inserts the rows of deliveries leased as part of a range: parameters now, then
-// each settleRow's fields and its subscriber. The delivery must be of an event in the range of a
+// each settleRow's fields, its subscriber and its first attempt. The delivery must be of an event in the range of a
 // lease of that subscriber with that token, in one of the subscriber's fanouts; one that has a
 // row already (rescued, or settled) conflicts and is skipped.
-var settleLeasedSQL = chunkSQL(10, func(values string) string {
+var settleLeasedSQL = chunkSQL(14, func(values string) string {
 	return `INSERT INTO deliveries(seq, event_seq, subscriber_id, status, reason, attempts, next_attempt_at, age_from,
-			last_status, last_error, created_at, updated_at, delivered_at)
+			last_status, last_error, created_at, updated_at, delivered_at,
+			first_at, first_status, first_latency_ms, first_outcome, first_error, first_excerpt)
 		SELECT j.seq, e.seq, ls.subscriber_id,
 			CASE j.status WHEN 'unsent' THEN ` + unsentStatusOf("ls.subscriber_id") + ` ELSE j.status END,
 			CASE j.status WHEN 'dead' THEN j.reason WHEN 'delivered' THEN '' ELSE ` + heldReasonOf("ls.subscriber_id") + ` END, j.inc,
 			CASE WHEN j.next > 0 THEN j.next ELSE e.created_at END, e.created_at,
 			CASE WHEN j.keep_last = 1 THEN 0 ELSE j.code END, CASE WHEN j.keep_last = 1 THEN '' ELSE j.error END,
-			e.created_at, t.now, CASE WHEN j.status = 'delivered' THEN t.now ELSE 0 END
+			e.created_at, t.now, CASE WHEN j.status = 'delivered' THEN t.now ELSE 0 END,
+			j.first_at, CASE WHEN j.first_at > 0 THEN j.code ELSE 0 END, j.first_latency, j.first_outcome,
+			CASE WHEN j.first_at > 0 THEN j.error ELSE '' END, j.first_excerpt
 		FROM (SELECT ? AS now) AS t,
 			(SELECT column1 AS seq, column2 AS token, column3 AS status, column4 AS inc, column5 AS next, column6 AS reason,
-				column7 AS keep_last, column8 AS code, column9 AS error, column10 AS sub FROM (` + values + `)) AS j
+				column7 AS keep_last, column8 AS code, column9 AS error, column10 AS sub, column11 AS first_at, column12 AS first_latency,
+				column13 AS first_outcome, column14 AS first_excerpt
+			FROM (` + values + `)) AS j
 			JOIN leases ls ON ls.subscriber_id = j.sub AND ls.token = j.token
 			JOIN events e ON e.seq = j.seq >> ` + fmt.Sprint(ordinalBits) + `
 		WHERE (j.seq & ` + fmt.Sprint(maxOrdinals-1) + `) = ls.ordinal AND e.seq > ls.after_seq AND e.seq <= ls.through_seq
@@ -404,12 +431,13 @@ var settleSQL = chunkSQL(9, func(values string) string {
 		RETURNING seq, attempts, subscriber_id, status`
 })
 
-// logAttempts inserts the attempt records of the settled items in one statement.
-func (s *Store) logAttempts(ctx context.Context, tx *sql.Tx, items []Settlement, done map[int64]int) error {
+// logAttempts inserts the attempt records of the settled items in one statement, but for those
+// of inlined, which their rows hold.
+func (s *Store) logAttempts(ctx context.Context, tx *sql.Tx, items []Settlement, done map[int64]int, inlined map[int64]bool) error {
 	var list []any // 8 values per attempt
 	for _, it := range items {
 		attempts, ok := done[it.Seq]
-		if a := it.Attempt; a != nil && ok {
+		if a := it.Attempt; a != nil && ok && !inlined[it.Seq] {
 			number := attempts
 			if it.Result == ResultReschedule || it.Result == ResultRelease {
 				number = 0

@@ -73,7 +73,7 @@ func (d *DB) Statuses(t testing.TB) map[string]int64 {
 // AttemptOutcomes returns the number of attempts per outcome.
 func (d *DB) AttemptOutcomes(t testing.TB) map[string]int64 {
 	t.Helper()
-	return d.countBy(t, `SELECT outcome, count(*) FROM attempts GROUP BY outcome`)
+	return d.countBy(t, `SELECT outcome, count(*) FROM all_attempts GROUP BY outcome`)
 }
 
 func (d *DB) countBy(t testing.TB, query string, args ...any) map[string]int64 {
@@ -156,9 +156,9 @@ type Attempt struct {
 // Attempts returns the attempts of the deliveries of an event to a subscriber, oldest first.
 func (d *DB) Attempts(t testing.TB, eventID, subscriberID string) []Attempt {
 	t.Helper()
-	rows, err := d.db.Query(`SELECT a.status, a.outcome, a.error, a.excerpt FROM attempts a
+	rows, err := d.db.Query(`SELECT a.status, a.outcome, a.error, a.excerpt FROM all_attempts a
 		JOIN deliveries d ON d.seq = a.delivery_seq JOIN events e ON e.seq = d.event_seq
-		WHERE e.id = ? AND d.subscriber_id = ? ORDER BY a.id`, eventID, subscriberID)
+		WHERE e.id = ? AND d.subscriber_id = ? ORDER BY a.ord`, eventID, subscriberID)
 	if err != nil {
 		t.Fatal(err)
 	}

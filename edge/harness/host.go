@@ -27,6 +27,7 @@ import (
 	"github.com/edgehook/edgehook/edge/harness/abi"
 	"github.com/edgehook/edgehook/edge/harness/internal/fuel"
 	"github.com/edgehook/edgehook/edge/relay"
+	"github.com/edgehook/edgehook/shared/wire"
 )
 
 // HostConfig configures a Host.
@@ -269,8 +270,10 @@ func (h *Host) Close(ctx context.Context) error {
 }
 
 // Handle runs one request through a pooled instance, waiting for a free one. The call ends at
-// ctx's end or after the call timeout, whichever comes first; the instance is then replaced. A
-// request the module could not answer gets 500 with no outcome header, as from a Worker that threw.
+// ctx's end or after the call timeout, whichever comes first; the instance is then replaced, and
+// the request gets 500 with no outcome header, as from a Worker the platform stopped. An instance
+// that fails otherwise (a trap) is replaced too, and the request gets 500 rejected:edge_crashed,
+// as the Worker's loader answers when its Go instance dies.
 func (h *Host) Handle(ctx context.Context, req *relay.Request) *relay.Response {
 	deadline := time.Now().Add(h.timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
@@ -294,7 +297,10 @@ func (h *Host) Handle(ctx context.Context, req *relay.Request) *relay.Response {
 	h.free <- struct{}{}
 	if err != nil {
 		h.log.Error("relay module failed; the instance is replaced", "err", err)
-		return edgeError("the relay module failed: %v", err)
+		if ctx.Err() != nil || !time.Now().Before(deadline) {
+			return edgeError("the relay module failed: %v", err)
+		}
+		return relay.Reject(500, wire.ReasonEdgeCrashed, "the relay module failed: %v", err)
 	}
 	return resp
 }

@@ -124,8 +124,8 @@ func ok(context.Context) (*relay.UpstreamResponse, error) {
 	return &relay.UpstreamResponse{Status: 200, Header: relay.Header{}}, nil
 }
 
-// A request whose instance traps gets a bare 500 (no outcome, as from a Worker that threw); the
-// single instance is replaced and the next request is relayed.
+// A request whose instance traps gets 500 rejected:edge_crashed, as from the Worker's loader when
+// its Go instance dies; the single instance is replaced and the next request is relayed.
 func TestHostReplacesTrappedInstance(t *testing.T) {
 	trap := func(context.Context) (*relay.UpstreamResponse, error) { panic("host function failure") }
 	up := &scriptedUpstream{script: []func(context.Context) (*relay.UpstreamResponse, error){trap, ok}}
@@ -133,8 +133,8 @@ func TestHostReplacesTrappedInstance(t *testing.T) {
 	e.addSubscriber(t, "sub_1", "http://127.0.0.1:1/unused")
 
 	failed := e.host.Handle(context.Background(), signedRequest("del_1", "sub_1", []byte("{}"), time.Now()))
-	if failed.Status != 500 || outcome(failed) != "" || !strings.Contains(failed.Detail, "host function failure") {
-		t.Fatalf("trapped call: %d %q %q, want 500, no outcome, the panic in the detail", failed.Status, outcome(failed), failed.Detail)
+	if failed.Status != 500 || outcome(failed) != "rejected:edge_crashed" || !strings.Contains(failed.Detail, "host function failure") {
+		t.Fatalf("trapped call: %d %q %q, want 500 rejected:edge_crashed, the panic in the detail", failed.Status, outcome(failed), failed.Detail)
 	}
 	next := e.host.Handle(context.Background(), signedRequest("del_2", "sub_1", []byte("{}"), time.Now()))
 	if next.Status != 200 || outcome(next) != string(wire.OutcomeForwarded) {

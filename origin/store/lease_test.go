@@ -202,6 +202,46 @@ func TestDeletingASubscriberEndsItsLeases(t *testing.T) {
 	}
 }
 
+// TestABatchWithAStaleSettlementWritesTheOthers: a batch of final settlements that the quick
+// insert cannot write whole (one lost its lease) is written again row by row: the live ones get
+// their rows, with their first attempts, and only the lost one is stale.
+func TestABatchWithAStaleSettlementWritesTheOthers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	mustSub(t, s, SubscriberInput{ID: "b"})
+	emitN(t, s, "x", 2)
+	bySub := map[string][]Claimed{}
+	for _, c := range claim(t, s, clk.Now(), 10).Deliveries {
+		bySub[c.Subscriber.ID] = append(bySub[c.Subscriber.ID], c)
+	}
+	if err := s.DeleteSubscriber(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	var batch []Settlement
+	for _, c := range []Claimed{bySub["b"][0], bySub["a"][0], bySub["b"][1]} {
+		it := done(c, ResultDelivered)
+		it.Status, it.Attempt = 200, &Attempt{At: clk.Now(), Status: 200, LatencyMS: 1, Outcome: "delivered"}
+		batch = append(batch, it)
+	}
+	if stale := settle(t, s, clk.Now(), batch...); stale != 1 {
+		t.Fatalf("%d stale, want only the deleted subscriber's", stale)
+	}
+	for _, c := range bySub["b"] {
+		d, err := s.GetDelivery(ctx, c.DeliveryID)
+		if err != nil || d.Status != StatusDelivered || len(d.AttemptLog) != 1 || d.AttemptLog[0].Status != 200 {
+			t.Fatalf("b's delivery %+v %v, want delivered with its attempt", d, err)
+		}
+	}
+	if c := counts(t, s, "b"); c[StatusDelivered] != 2 || c[StatusLeased] != 0 {
+		t.Fatalf("b's counts %v, want 2 delivered", c)
+	}
+	if n := leaseCount(t, s); n != 0 {
+		t.Fatalf("%d leases left, want b's gone with its last delivery", n)
+	}
+}
+
 // TestRowsLeasedBeforeVersion11SettleAndExpire: deliveries a version-10 binary leased as rows
 // settle after the upgrade as they did before, and those whose lease expires come back pending.
 func TestRowsLeasedBeforeVersion11SettleAndExpire(t *testing.T) {

@@ -303,8 +303,11 @@ func (s *Store) settleLeased(ctx context.Context, tx *sql.Tx, batch []settleRow,
 }
 
 // writeSettled runs stmts, settleSQL or settleLeasedSQL, over rows: parameters now, then each
-// row's fields, and its subscriber and first attempt if ranged. It adds the deliveries settled to done with their
-// attempt counts and the moves out of leased to c, and calls each, if not nil, with each one.
+// row's fields, and its subscriber and first attempt if ranged. It adds the deliveries settled to
+// done with their attempt counts and the moves out of leased to c, and calls each, if not nil,
+// with each one. A ranged chunk whose final statuses are known (none goes back to the queue, where
+// the subscriber's state decides) is first inserted without RETURNING (insertAll); only if that
+// leaves a row out does the chunk go through stmts, which tells which ones were written.
 func (s *Store) writeSettled(ctx context.Context, tx *sql.Tx, stmts *[len(padChunks)]string, rows []settleRow, ranged bool, now int64,
 	done map[int64]int, c countDeltas, each func(seq int64, sub string)) error {
 	cols := 9
@@ -321,7 +324,24 @@ func (s *Store) writeSettled(ctx context.Context, tx *sql.Tx, stmts *[len(padChu
 				args = append(args, r.Sub, f.At, f.Latency, f.Outcome, f.Excerpt)
 			}
 		}
-		res, err := s.query(ctx, tx, stmts[k], padNulls(args, k, hi-lo, cols)...)
+		args = padNulls(args, k, hi-lo, cols)
+		if ranged && finalStatuses(rows[lo:hi]) {
+			all, err := s.insertAll(ctx, tx, settleLeasedAllSQL[k], args, hi-lo)
+			if err != nil {
+				return err
+			}
+			if all {
+				for _, r := range rows[lo:hi] {
+					done[r.Seq] = int(r.Inc)
+					c.move(r.Sub, StatusLeased, Status(r.Status), 1)
+					if each != nil {
+						each(r.Seq, r.Sub)
+					}
+				}
+				return nil
+			}
+		}
+		res, err := s.query(ctx, tx, stmts[k], args...)
 		if err != nil {
 			return err
 		}
@@ -344,11 +364,53 @@ func (s *Store) writeSettled(ctx context.Context, tx *sql.Tx, stmts *[len(padChu
 	})
 }
 
+// finalStatuses tells whether every row settles in a status of its own (delivered or dead).
+func finalStatuses(rows []settleRow) bool {
+	for _, r := range rows {
+		if r.Status == "unsent" {
+			return false
+		}
+	}
+	return true
+}
+
+// insertAll runs q, an insert of n rows, and keeps what it wrote only if it wrote all n: otherwise
+// it rolls it back and reports false. The insert returns no rows, which spares SQLite a table of
+// them and Go a scan of each.
+func (s *Store) insertAll(ctx context.Context, tx *sql.Tx, q string, args []any, n int) (bool, error) {
+	if _, err := s.exec(ctx, tx, `SAVEPOINT insert_all`); err != nil {
+		return false, err
+	}
+	res, err := s.exec(ctx, tx, q, args...)
+	if err != nil {
+		return false, err // the caller's transaction fails: no need to roll back to the savepoint
+	}
+	wrote, err := res.RowsAffected()
+	if err != nil {
+		return false, err
+	}
+	if wrote != int64(n) {
+		if _, err := s.exec(ctx, tx, `ROLLBACK TO insert_all`); err != nil {
+			return false, err
+		}
+	}
+	_, err = s.exec(ctx, tx, `RELEASE insert_all`)
+	return wrote == int64(n) && err == nil, err
+}
+
 // settleLeasedSQL inserts the rows of deliveries leased as part of a range: parameters now, then
-// each settleRow's fields, its subscriber and its first attempt. The delivery must be of an event in the range of a
-// lease of that subscriber with that token, in one of the subscriber's fanouts; one that has a
-// row already (rescued, or settled) conflicts and is skipped.
-var settleLeasedSQL = chunkSQL(14, func(values string) string {
+// each settleRow's fields, its subscriber and its first attempt. The delivery must be of an event
+// in the range of a lease of that subscriber with that token, in one of the subscriber's fanouts;
+// one that has a row already (rescued, or settled) conflicts and is skipped. It returns the rows
+// it wrote; settleLeasedAllSQL is the same insert returning nothing.
+var (
+	settleLeasedSQL = chunkSQL(14, func(values string) string {
+		return insertLeasedSQL(values) + ` RETURNING seq, attempts, subscriber_id, status`
+	})
+	settleLeasedAllSQL = chunkSQL(14, insertLeasedSQL)
+)
+
+func insertLeasedSQL(values string) string {
 	return `INSERT INTO deliveries(seq, event_seq, subscriber_id, status, reason, attempts, next_attempt_at, age_from,
 			last_status, last_error, created_at, updated_at, delivered_at,
 			first_at, first_status, first_latency_ms, first_outcome, first_error, first_excerpt)
@@ -369,9 +431,8 @@ var settleLeasedSQL = chunkSQL(14, func(values string) string {
 			JOIN events e ON e.seq = j.seq >> ` + fmt.Sprint(ordinalBits) + `
 		WHERE (j.seq & ` + fmt.Sprint(maxOrdinals-1) + `) = ls.ordinal AND e.seq > ls.after_seq AND e.seq <= ls.through_seq
 			AND e.fanout <> 0 AND EXISTS (SELECT 1 FROM fanout_members m WHERE m.fanout = e.fanout AND m.ordinal = ls.ordinal)
-		ON CONFLICT(seq) DO NOTHING
-		RETURNING seq, attempts, subscriber_id, status`
-})
+		ON CONFLICT(seq) DO NOTHING`
+}
 
 // leasesSettledSQL takes settled deliveries off their leases' counts: each subscriber, token and
 // count.

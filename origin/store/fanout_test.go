@@ -699,12 +699,7 @@ func TestPruneGoesPastNeededEvents(t *testing.T) {
 func TestMigrationTo10KeepsFanoutsAndNeverReusesTheirIDs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "v9.db")
-	clk := newClock()
-	old, err := openVersion(ctx, Options{Path: path, Now: clk.Now}, 9)
-	if err != nil {
-		t.Fatal(err)
-	}
+	old, path, clk := openOld(t, 9)
 	mustSub(t, old, SubscriberInput{ID: "a", Events: []string{"a.*"}})
 	mustSub(t, old, SubscriberInput{ID: "b", Events: []string{"*"}})
 	mustEmit(t, old, "both", "a.t", `{}`)

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -247,12 +246,7 @@ func TestABatchWithAStaleSettlementWritesTheOthers(t *testing.T) {
 func TestRowsLeasedBeforeVersion11SettleAndExpire(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "v10.db")
-	clk := newClock()
-	old, err := openVersion(ctx, Options{Path: path, Now: clk.Now}, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
+	old, path, clk := openOld(t, 10)
 	mustSub(t, old, SubscriberInput{ID: "a"})
 	emitN(t, old, "x", 3)
 	// What a version-10 claim wrote: each delivery a leased row, the cursor past them.
@@ -406,12 +400,7 @@ func TestARangeDeliveryKeepsItsFirstAttemptOnItsRow(t *testing.T) {
 func TestMigrationTo12KeepsTheAttemptLog(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "old.db")
-	clk := newClock()
-	old, err := openVersion(ctx, Options{Path: path, Now: clk.Now}, 11)
-	if err != nil {
-		t.Fatal(err)
-	}
+	old, path, clk := openOld(t, 11)
 	oldSub(t, old, "a")
 	now := ms(clk.Now())
 	for _, q := range []string{

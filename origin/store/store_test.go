@@ -924,14 +924,22 @@ func TestMigrateKeepsTheQueue(t *testing.T) {
 	}
 }
 
-func migrateKeepsTheQueue(t *testing.T, version int) {
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "old.db")
+// openOld creates a database file at schema version, as a binary of that version would: the store,
+// the file's path (to open it again at the latest version) and the store's clock.
+func openOld(t testing.TB, version int) (*Store, string, *clock) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), fmt.Sprintf("v%d.db", version))
 	clk := newClock()
-	old, err := openVersion(ctx, Options{Path: path, Now: clk.Now}, version)
+	old, err := openVersion(context.Background(), Options{Path: path, Now: clk.Now}, version)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return old, path, clk
+}
+
+func migrateKeepsTheQueue(t *testing.T, version int) {
+	ctx := context.Background()
+	old, path, clk := openOld(t, version)
 	oldSub(t, old, "a")
 	oldSub(t, old, "b")
 	now := ms(clk.Now())

@@ -795,3 +795,46 @@ func TestSubscriberCacheSurvivesARollback(t *testing.T) {
 		t.Errorf("emit made %d deliveries, want 2 (a is active, b is new)", res.Deliveries)
 	}
 }
+
+// TestASubscriberWithDeliveriesInFlightIsClaimedForInChunks: once a subscriber has deliveries in
+// flight, a claim takes more for it only when half its in-flight cap is free (it waits as at its
+// cap meanwhile, and the claim says so); with nothing in flight, or when its bucket is what limits
+// it, a claim takes what it can.
+func TestASubscriberWithDeliveriesInFlightIsClaimedForInChunks(t *testing.T) {
+	t.Parallel()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a", MaxInFlight: 4})
+	emitN(t, s, "x", 10)
+	first := claim(t, s, clk.Now(), 10)
+	if len(first.Deliveries) != 4 {
+		t.Fatalf("claimed %d, want the cap of 4", len(first.Deliveries))
+	}
+	settle(t, s, clk.Now(), done(first.Deliveries[0], ResultDelivered))
+	if res := claim(t, s, clk.Now(), 10); len(res.Deliveries) != 0 || !res.Waiting {
+		t.Fatalf("with 1 of 4 places free: claimed %d (waiting %v), want none, waiting", len(res.Deliveries), res.Waiting)
+	}
+	settle(t, s, clk.Now(), done(first.Deliveries[1], ResultDelivered))
+	second := claim(t, s, clk.Now(), 10)
+	if len(second.Deliveries) != 2 {
+		t.Fatalf("with 2 of 4 places free: claimed %d, want 2", len(second.Deliveries))
+	}
+	var rest []Settlement
+	for _, c := range append(first.Deliveries[2:], second.Deliveries...) {
+		rest = append(rest, done(c, ResultDelivered))
+	}
+	settle(t, s, clk.Now(), rest...)
+	if res := claim(t, s, clk.Now(), 10); len(res.Deliveries) != 4 {
+		t.Fatalf("with nothing in flight: claimed %d, want the cap of 4", len(res.Deliveries))
+	}
+
+	// A bucket of one token a second, not the cap, limits b: each token is taken as it comes.
+	mustSub(t, s, SubscriberInput{ID: "b", MaxInFlight: 4, RatePerSec: 1, Burst: 1})
+	emitN(t, s, "y", 3)
+	if got := bySub(claim(t, s, clk.Now(), 10))["b"]; got != 1 {
+		t.Fatalf("claimed %d of b, want its one token", got)
+	}
+	clk.Advance(time.Second)
+	if got := bySub(claim(t, s, clk.Now(), 10))["b"]; got != 1 {
+		t.Fatalf("a second later, with one of b's in flight: claimed %d of b, want its next token", got)
+	}
+}

@@ -314,6 +314,13 @@ func (s *Store) writeSettled(ctx context.Context, tx *sql.Tx, stmts *[len(padChu
 	if ranged {
 		cols = 14
 	}
+	written := func(seq int64, attempts int, sub string, status Status) {
+		done[seq] = attempts
+		c.move(sub, StatusLeased, status, 1)
+		if each != nil {
+			each(seq, sub)
+		}
+	}
 	var args []any // reused by every chunk
 	return padded(len(rows), func(k, lo, hi int) error {
 		args = append(args[:0], now)
@@ -332,11 +339,7 @@ func (s *Store) writeSettled(ctx context.Context, tx *sql.Tx, stmts *[len(padChu
 			}
 			if all {
 				for _, r := range rows[lo:hi] {
-					done[r.Seq] = int(r.Inc)
-					c.move(r.Sub, StatusLeased, Status(r.Status), 1)
-					if each != nil {
-						each(r.Seq, r.Sub)
-					}
+					written(r.Seq, int(r.Inc), r.Sub, Status(r.Status)) // a new row: its attempts are r.Inc
 				}
 				return nil
 			}
@@ -354,11 +357,7 @@ func (s *Store) writeSettled(ctx context.Context, tx *sql.Tx, stmts *[len(padChu
 			if err := res.Scan(&seq, &attempts, &sub, &status); err != nil {
 				return err
 			}
-			done[seq] = attempts
-			c.move(sub, StatusLeased, status, 1)
-			if each != nil {
-				each(seq, sub)
-			}
+			written(seq, attempts, sub, status)
 		}
 		return res.Err()
 	})

@@ -131,11 +131,14 @@ type callCtx struct {
 }
 
 // err tells why the call must end now: its caller's context ended or its deadline passed.
-func (c *callCtx) err() error {
-	if err := c.Context.Err(); err != nil {
+func (c *callCtx) err() error { return callEnded(c.Context, c.deadline) }
+
+// callEnded tells why a call in ctx with deadline must end now, or nil if it may run on.
+func callEnded(ctx context.Context, deadline time.Time) error {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if !time.Now().Before(c.deadline) {
+	if !time.Now().Before(deadline) {
 		return context.DeadlineExceeded
 	}
 	return nil
@@ -297,7 +300,7 @@ func (h *Host) Handle(ctx context.Context, req *relay.Request) *relay.Response {
 	h.free <- struct{}{}
 	if err != nil {
 		h.log.Error("relay module failed; the instance is replaced", "err", err)
-		if ctx.Err() != nil || !time.Now().Before(deadline) {
+		if callEnded(ctx, deadline) != nil {
 			return edgeError("the relay module failed: %v", err)
 		}
 		return relay.Reject(500, wire.ReasonEdgeCrashed, "the relay module failed: %v", err)

@@ -86,7 +86,7 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (DeliveryP
 		addFan("d.event_seq > (SELECT cursor FROM limiter WHERE subscriber_id = ?)", f.SubscriberID)
 	}
 	if f.EventID != "" {
-		add("e.id = ?", f.EventID)
+		add("e.id = ? AND "+eventRowsSQL("d", "e.seq"), f.EventID)
 	}
 	if !f.From.IsZero() {
 		add("d.created_at >= ?", ms(f.From))
@@ -148,6 +148,15 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (DeliveryP
 
 // rowsPageSQL lists delivery rows; the caller adds conditions (AND …), the order and the limit.
 const rowsPageSQL = `SELECT ` + deliveryColumns + ` FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE 1`
+
+// eventRowsSQL is the condition that a row d of deliveries is of the event of seq ev (an SQL
+// expression), in the terms its two places are found by (migration 0013): the range of the
+// table's key that holds the event in its seqs, and deliveries_event_legacy for the rows whose seq
+// does not. A condition on d.event_seq alone reads the whole table.
+func eventRowsSQL(d, ev string) string {
+	return `(` + d + `.seq >= ` + ev + ` << ` + fmt.Sprint(ordinalBits) + ` AND ` + d + `.seq < (` + ev + ` + 1) << ` + fmt.Sprint(ordinalBits) +
+		` OR ` + d + `.event_seq = ` + ev + ` AND ` + d + `.seq >> ` + fmt.Sprint(ordinalBits) + ` <> ` + d + `.event_seq)`
+}
 
 // leasedPageSQL lists the leased deliveries that are not rows (migration 0011); the caller adds
 // conditions, the order and the limit. They are a few claims' worth, read from the leases.
@@ -467,7 +476,7 @@ const pruneChunk = 2000
 // on its covering index). Not through leased_deliveries: it walks every
 // fanout of every lease's subscriber, and with the range of a subscriber lagging more than the
 // retention, it made prune's transactions hold the write lock for seconds.
-var prunableEventsSQL = `SELECT seq, created_at, NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = e.seq)
+var prunableEventsSQL = `SELECT seq, created_at, NOT EXISTS (SELECT 1 FROM deliveries d WHERE ` + eventRowsSQL("d", "e.seq") + `)
 		AND NOT EXISTS (SELECT 1 FROM fanout_deliveries f WHERE f.event_seq = e.seq)
 		AND NOT ` + inLeasedRangeSQL("e.seq", `EXISTS (SELECT 1 FROM fanout_members m
 			WHERE m.fanout = (SELECT fanout FROM events x WHERE x.seq = e.seq) AND m.ordinal = ls.ordinal)`) + `

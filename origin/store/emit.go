@@ -572,6 +572,13 @@ func (p *groupPlan) countRows(ctx context.Context, tx *sql.Tx) error {
 	return c.write(ctx, p.s, tx)
 }
 
+// countDeliveriesSQL counts the deliveries of each event of a JSON list of seqs, a row or not:
+// one kind at a time, because all_deliveries, a compound view, would be read whole for it.
+var countDeliveriesSQL = `SELECT j.value, (SELECT count(*) FROM deliveries d WHERE ` + eventRowsSQL("d", "j.value") + `)
+		+ (SELECT count(*) FROM fanout_deliveries f WHERE f.event_seq = j.value)
+		+ (SELECT count(*) FROM leased_deliveries l WHERE l.event_seq = j.value)
+	FROM json_each(?) j`
+
 // countDuplicates fills in the delivery count of re-emitted stored events.
 func (p *groupPlan) countDuplicates(ctx context.Context, tx *sql.Tx) error {
 	if len(p.dups) == 0 {
@@ -582,7 +589,7 @@ func (p *groupPlan) countDuplicates(ctx context.Context, tx *sql.Tx) error {
 		seqs = append(seqs, seq)
 	}
 	list, _ := json.Marshal(seqs)
-	rows, err := p.s.query(ctx, tx, `SELECT event_seq, count(*) FROM all_deliveries WHERE event_seq IN (SELECT value FROM json_each(?)) GROUP BY event_seq`, string(list))
+	rows, err := p.s.query(ctx, tx, countDeliveriesSQL, string(list))
 	if err != nil {
 		return err
 	}

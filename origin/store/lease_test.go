@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -425,5 +426,63 @@ func TestMigrationTo12KeepsTheAttemptLog(t *testing.T) {
 	}
 	if got := d.AttemptLog; len(got) != 2 || got[0].Number != 1 || got[0].Status != 503 || got[1].Number != 2 || got[1].Status != 200 {
 		t.Fatalf("attempt log after the upgrade %+v, want the two attempts in order", got)
+	}
+}
+
+// TestAnEventsRowsAreFoundByTheirKeyRange: deliveries indexes event_seq only for rows whose seq
+// does not hold their event (migration 0013). Listing an event's deliveries, counting a re-emitted
+// event's and pruning read the range of the table's key that holds an event's rows and that
+// index, and still find each kind of delivery: a row, a delivery leased as part of a range, and
+// one still only in its fanout. (TestMigrateKeepsTheQueue lists the rows of older seqs.)
+func TestAnEventsRowsAreFoundByTheirKeyRange(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	for _, id := range []string{"row", "leased", "fanned"} {
+		mustSub(t, s, SubscriberInput{ID: id, Events: []string{"t"}})
+	}
+	if _, err := s.PauseSubscriber(ctx, "fanned", "test"); err != nil {
+		t.Fatal(err)
+	}
+	mustEmit(t, s, "before", "t", `{}`)
+	mustEmit(t, s, "e", "t", `{}`)
+	mustEmit(t, s, "after", "t", `{}`)
+	var row Claimed
+	for _, c := range claim(t, s, clk.Now(), 10).Deliveries {
+		if c.Subscriber.ID == "row" && c.Event.ID == "e" {
+			row = c
+		}
+	}
+	settle(t, s, clk.Now(), done(row, ResultDelivered))
+
+	page, err := s.ListDeliveries(ctx, DeliveryFilter{EventID: "e"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Status{}
+	for _, d := range page.Deliveries {
+		got[d.SubscriberID] = d.Status
+	}
+	want := map[string]Status{"row": StatusDelivered, "leased": StatusLeased, "fanned": StatusPending}
+	if !maps.Equal(got, want) {
+		t.Fatalf("event e's deliveries %v, want %v", got, want)
+	}
+	if again := mustEmit(t, s, "e", "t", `{}`); !again.Duplicate || again.Deliveries != 3 {
+		t.Fatalf("re-emit: %+v, want a duplicate with 3 deliveries", again)
+	}
+
+	keyRange := "SEARCH d USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"
+	for _, q := range []struct {
+		name, sql string
+		args      []any
+	}{
+		{"a page of an event's rows", rowsPageSQL + ` AND e.id = ? AND ` + eventRowsSQL("d", "e.seq") + ` ORDER BY d.seq DESC LIMIT ?`, []any{"e", 10}},
+		{"a re-emit's count", countDeliveriesSQL, []any{"[1]"}},
+		{"prune's events", prunableEventsSQL, []any{1, 0, 0}},
+	} {
+		if p := queryPlan(t, s, q.sql, q.args...); !strings.Contains(p, keyRange) || strings.Contains(p, "SCAN deliveries") ||
+			!strings.Contains(p, "INDEX deliveries_event_legacy (event_seq=?)") || strings.Contains(p, "AUTOMATIC") {
+			t.Errorf("plan of %s: %q, want the rows read by their key range and the legacy index", q.name, p)
+		}
 	}
 }

@@ -627,6 +627,58 @@ func TestRetryReplayListAndPrune(t *testing.T) {
 	}
 }
 
+// TestPruneWalksTheDeliveredRowsInKeyOrder: delivered rows whose seq holds their event are not in
+// deliveries_status_settled (migration 0013); prune finds them by walking the rows of the events
+// older than the cutoff, more than one transaction's worth, and keeps the ones delivered since the
+// cutoff and those of newer events.
+func TestPruneWalksTheDeliveredRowsInKeyOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	for _, id := range []string{"a", "b"} {
+		mustSub(t, s, SubscriberInput{ID: id, RatePerSec: MaxRatePerSec, Burst: MaxBurst, MaxInFlight: MaxMaxInFlight})
+	}
+	deliverAll := func(late func(Claimed) bool) (kept []Claimed) {
+		t.Helper()
+		for {
+			cs := claim(t, s, clk.Now(), 2*MaxMaxInFlight).Deliveries
+			if len(cs) == 0 {
+				return kept
+			}
+			var items []Settlement
+			for _, c := range cs {
+				it := done(c, ResultDelivered)
+				if late != nil && late(c) {
+					it = done(c, ResultRetry)
+					it.NextAttemptAt = clk.Now().Add(47 * time.Hour)
+					kept = append(kept, c)
+				}
+				items = append(items, it)
+			}
+			settle(t, s, clk.Now(), items...)
+		}
+	}
+	emitN(t, s, "old", pruneChunk) // two rows per event: two transactions' worth and more
+	late := deliverAll(func(c Claimed) bool { return c.Event.ID == "old-7" && c.Subscriber.ID == "a" })
+	clk.Advance(48 * time.Hour) // the late one is due, and delivered now
+	emitN(t, s, "new", 3)
+	deliverAll(nil)
+
+	pruned, err := s.Prune(ctx, clk.Now().Add(-24*time.Hour))
+	if want := int64(2*pruneChunk - 1); err != nil || pruned != want {
+		t.Fatalf("prune: %d %v, want %d", pruned, err, want)
+	}
+	if d, err := s.GetDelivery(ctx, late[0].DeliveryID); err != nil || d.Status != StatusDelivered {
+		t.Fatalf("the delivery of an old event delivered since the cutoff: %+v %v, want kept", d, err)
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM deliveries`); n != 1+2*3 {
+		t.Fatalf("%d rows left, want the late one and the new events' 6", n)
+	}
+	if p := queryPlan(t, s, prunableDeliveredSQL, 1, 0); !strings.Contains(p, "SEARCH deliveries USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)") {
+		t.Errorf("plan of prune's delivered rows %q, want a walk of a range of the key", p)
+	}
+}
+
 // TestDueQueriesUseIndexes pins the query plans that must stay cheap with a million rows pending:
 // claiming, coalescing, the rescue of expired leases, pruning (its events in order from where the
 // last transaction stopped), backlog trimming (and disabling) and replay search the partial indexes

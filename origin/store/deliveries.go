@@ -350,14 +350,15 @@ func (s *Store) ReplayDead(ctx context.Context, subscriberID string, from, to, n
 	return n, err
 }
 
-// settledSQL is the condition of deliveries_status_settled (migration 0005): neither pending nor
-// leased. The queries that use it repeat it literally (after status): the planner does not infer
-// it from status = 'dead' or an IN list.
-const settledSQL = `status <> 'pending' AND status <> 'leased'`
+// settledSQL is the condition of deliveries_status_settled (migration 0013): neither pending nor
+// leased, and not delivered unless its seq does not hold its event. The queries that use it
+// repeat it literally (after status): the planner does not infer it from status = 'dead' or an IN
+// list.
+const settledSQL = `status <> 'pending' AND status <> 'leased' AND (status <> 'delivered' OR seq >> 20 <> event_seq)`
 
 // subSettledSQL is the condition of deliveries_sub_settled (migration 0006), repeated likewise:
-// settled and not delivered. It implies settledSQL.
-const subSettledSQL = settledSQL + ` AND status <> 'delivered'`
+// settled and not delivered.
+const subSettledSQL = `status <> 'pending' AND status <> 'leased' AND status <> 'delivered'`
 
 // diedBetweenSQL selects the dead deliveries of subscriber ?2 last changed in [?3, ?4), through
 // deliveries_sub_settled.
@@ -457,13 +458,62 @@ func inLeasedRangeSQL(ev, cond string) string {
 		WHERE ` + ev + ` > ls.after_seq AND ` + ev + ` <= ls.through_seq AND ` + cond + `))`
 }
 
-// prunableSQL selects the finished deliveries last changed before ?1, through
-// deliveries_status_settled, but those of an event in the range of a lease of their subscriber:
-// without its row, leased_deliveries would hold such a delivery leased again, and its lease's
-// rescue send it again. A delivery's seq holds its event and its subscriber's ordinal, so the
-// index tells.
+// notInLeasedRangeSQL is the condition that a row's delivery is not of an event in the range of a
+// lease of its subscriber: without its row, leased_deliveries would hold such a delivery leased
+// again, and its lease's rescue send it again. A delivery's seq holds its event and its
+// subscriber's ordinal, so the row tells.
+var notInLeasedRangeSQL = `NOT ` + inLeasedRangeSQL(`seq >> `+fmt.Sprint(ordinalBits), `ls.ordinal = seq & `+fmt.Sprint(maxOrdinals-1))
+
+// prunableSQL selects the finished deliveries last changed before ?1 that are in
+// deliveries_status_settled, but those of a lease's range.
 var prunableSQL = `SELECT seq FROM deliveries WHERE status IN ('delivered', 'dead', 'superseded') AND ` + settledSQL + ` AND updated_at < ?1
-	AND NOT ` + inLeasedRangeSQL(`seq >> `+fmt.Sprint(ordinalBits), `ls.ordinal = seq & `+fmt.Sprint(maxOrdinals-1))
+	AND ` + notInLeasedRangeSQL
+
+// prunableDeliveredSQL reads the next pruneChunk rows past seq ?2 of the events created before the
+// cutoff ?1, in the table's order, each with whether prune deletes it: a delivered delivery last
+// changed before the cutoff, but one of a lease's range. deliveries_status_settled leaves those
+// rows out (migration 0013), and their seqs hold their events: a delivery settles after its event
+// is created, so they are below the seqs of the events created from the cutoff on. (One whose
+// event's clock was ahead waits for a later prune.)
+var prunableDeliveredSQL = `SELECT seq, status = 'delivered' AND updated_at < ?1 AND ` + notInLeasedRangeSQL + `
+	FROM deliveries WHERE seq > ?2 AND seq < coalesce((SELECT seq FROM events INDEXED BY events_created WHERE created_at >= ?1
+		ORDER BY created_at, seq LIMIT 1), (SELECT max(seq) + 1 FROM events), 0) << ` + fmt.Sprint(ordinalBits) + `
+	ORDER BY seq LIMIT ` + strconv.Itoa(pruneChunk)
+
+// pruneDelivered deletes the delivered deliveries among the next rows of prunableDeliveredSQL past
+// *after, moves *after to the last it read and returns how many it read and deleted. Like
+// pruneEvents, each transaction starts where the last stopped, so the rows that stay are read once
+// per prune.
+func (s *Store) pruneDelivered(ctx context.Context, tx *sql.Tx, cutoff int64, after *int64) (read, deleted int64, err error) {
+	rows, err := s.query(ctx, tx, prunableDeliveredSQL, cutoff, *after)
+	if err != nil {
+		return 0, 0, err
+	}
+	var gone []int64
+	for rows.Next() {
+		var seq int64
+		var prunable bool
+		if err := rows.Scan(&seq, &prunable); err != nil {
+			rows.Close()
+			return 0, 0, err
+		}
+		*after, read = seq, read+1
+		if prunable {
+			gone = append(gone, seq)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(gone) == 0 {
+		return read, 0, err
+	}
+	list, _ := json.Marshal(gone)
+	res, err := s.exec(ctx, tx, `DELETE FROM deliveries WHERE seq IN (SELECT value FROM json_each(?))`, string(list))
+	if err != nil {
+		return read, 0, err
+	}
+	deleted, err = res.RowsAffected()
+	return read, deleted, err
+}
 
 // pruneChunk bounds one prune transaction, so other writers are not blocked for long.
 const pruneChunk = 2000
@@ -518,7 +568,8 @@ func (s *Store) pruneEvents(ctx context.Context, tx *sql.Tx, cutoff int64, after
 
 // Prune first finishes the deleted subscribers' histories left (DeleteSubscriber). Then it deletes
 // delivered, dead and superseded deliveries (their attempts go by trigger, migration 0008) last
-// changed before cutoff, then events older than cutoff that no delivery references, a row or not
+// changed before cutoff, through deliveries_status_settled and then, for the delivered rows it
+// leaves out, by walking the rows of the events older than cutoff (pruneDelivered), then events older than cutoff that no delivery references, a row or not
 // (pruneEvents), then the fanouts no event is of any more (pruneFanouts). Each step runs in
 // transactions of about pruneChunk rows. It returns the number of deliveries deleted.
 func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
@@ -526,6 +577,7 @@ func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 	// subscriber's, whose id is not given again until they are gone (CreateSubscriber).
 	histErr := s.finishHistories(ctx)
 	after := [2]int64{-1, 0} // before every event
+	afterRow := int64(-1)    // before every row
 	var deliveries int64
 	for _, step := range []struct {
 		run   func(*sql.Tx) (int64, error) // reads or deletes up to about pruneChunk rows, returns how many
@@ -538,6 +590,11 @@ func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 			}
 			return r.RowsAffected()
 		}, &deliveries},
+		{func(tx *sql.Tx) (int64, error) {
+			read, deleted, err := s.pruneDelivered(ctx, tx, ms(cutoff), &afterRow)
+			deliveries += deleted
+			return read, err
+		}, nil},
 		{func(tx *sql.Tx) (int64, error) { return s.pruneEvents(ctx, tx, ms(cutoff), &after) }, nil},
 		{func(tx *sql.Tx) (int64, error) { return s.pruneFanouts(ctx, tx) }, nil},
 	} {

@@ -100,8 +100,8 @@ func (b *bench) runDrain(ctx context.Context, name string, mode store.Mode, deli
 	}
 	window := arrivals[len(arrivals)-1].at.Sub(arrivals[0].at)
 	rate := float64(len(arrivals)) / window.Seconds()
-	return drainResult{rate: rate, note: fmt.Sprintf("%s (%d requests at the sink) in %s. %s",
-		done, len(arrivals), window.Round(time.Millisecond), note)}, nil
+	return drainResult{rate: rate, note: fmt.Sprintf("%s (%d requests at the sink, on %d connections) in %s. %s",
+		done, len(arrivals), b.sink.connections(), window.Round(time.Millisecond), note)}, nil
 }
 
 // startEdge exports the subscribers' KV records of db and starts `edgehook edge local` with a

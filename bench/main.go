@@ -44,6 +44,7 @@ type config struct {
 
 	drainN, drainEdgeN int
 	drainFor           time.Duration
+	drainPairs         int
 
 	latencyRate float64
 	latencyFor  time.Duration
@@ -65,7 +66,7 @@ type config struct {
 // smokeSizes are the sizes of -smoke, for flags not given explicitly.
 var smokeSizes = map[string]string{
 	"out": "", "ceiling-n": "300", "ceiling-for": "2s", "emit-n": "300", "emit-for": "2s",
-	"drain-n": "600", "drain-edge-n": "240", "drain-for": "20s", "latency-rate": "100", "latency-for": "1s",
+	"drain-n": "600", "drain-edge-n": "240", "drain-for": "20s", "drain-pairs": "1", "latency-rate": "100", "latency-for": "1s",
 	"isolation-for": "1s", "deliver-wait": "20s", "rate": "50", "rate-for": "1s", "backlog": "6000", "claims": "5", "rss-for": "500ms",
 }
 
@@ -94,6 +95,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.drainN, "drain-n", 60_000, "drain: deliveries queued for the direct drain")
 	fs.IntVar(&c.drainEdgeN, "drain-edge-n", 24_000, "drain: deliveries queued for the drain through the local edge")
 	fs.DurationVar(&c.drainFor, "drain-for", 30*time.Second, "drain: time at most (edgehook drain --for)")
+	fs.IntVar(&c.drainPairs, "drain-pairs", 3, "drain: runs of each drain, each after a ceiling of its own (the figure is the median)")
 	fs.Float64Var(&c.latencyRate, "latency-rate", 1000, "latency: events per second")
 	fs.DurationVar(&c.latencyFor, "latency-for", 20*time.Second, "latency: how long")
 	fs.DurationVar(&c.deliverWait, "deliver-wait", 20*time.Second, "latency, isolation: how long deliveries may still arrive after the last emit")
@@ -137,7 +139,7 @@ func (c *config) validate() error {
 		{"ceiling-n", c.ceilingN >= 1}, {"ceiling-for", c.ceilingFor > 0},
 		{"emit-n", c.emitN >= 1}, {"emit-for", c.emitFor > 0}, {"emit-conns", c.emitConns >= 1},
 		{"batch-size", c.batchSize >= 1 && c.batchSize <= 1000}, {"batch-conns", c.batchConns >= 1},
-		{"drain-n", c.drainN >= 1}, {"drain-edge-n", c.drainEdgeN >= 1}, {"drain-for", c.drainFor >= time.Second},
+		{"drain-n", c.drainN >= 1}, {"drain-edge-n", c.drainEdgeN >= 1}, {"drain-for", c.drainFor >= time.Second}, {"drain-pairs", c.drainPairs >= 1 && c.drainPairs <= 9},
 		{"latency-rate", c.latencyRate > 0 && c.latencyRate <= 100_000}, {"latency-for", c.latencyFor > 0}, {"deliver-wait", c.deliverWait > 0},
 		{"isolation-rate", c.isoRate > 0 && c.isoRate <= 100_000}, {"isolation-for", c.isoFor > 0},
 		{"rate", c.rate > 0 && c.rate <= 10_000}, {"burst", c.burst >= 1}, {"rate-for", c.rateFor > 0},

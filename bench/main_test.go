@@ -31,6 +31,8 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-ceiling-n", "0"}, "-ceiling-n"},
 		{[]string{"-rate", "-5"}, "-rate"},
 		{[]string{"-batch-size", "1001"}, "-batch-size"},
+		{[]string{"-drain-pairs", "0"}, "-drain-pairs"},
+		{[]string{"-drain-pairs", "10"}, "-drain-pairs"},
 		{[]string{"-only", "emit,nope"}, `"nope"`},
 		{[]string{"extra"}, `"extra"`},
 	} {
@@ -80,5 +82,24 @@ func TestFormatValue(t *testing.T) {
 		if got := formatValue(tc.v, tc.unit); got != tc.want {
 			t.Errorf("formatValue(%v, %q) = %q, want %q", tc.v, tc.unit, got, tc.want)
 		}
+	}
+}
+
+// TestMedianPair: a drain's figure is the pair of the median ratio to its own ceiling, not the
+// median drain rate, and every pair is listed in the order it ran.
+func TestMedianPair(t *testing.T) {
+	t.Parallel()
+	pair := func(rate, ceiling float64) drainPair {
+		return drainPair{ceiling: ceiling, drainResult: drainResult{rate: rate}}
+	}
+	pairs := []drainPair{pair(9000, 15000), pair(12000, 24000), pair(11000, 20000)} // 0.60, 0.50, 0.55
+	if m := medianPair(pairs); m.rate != 11000 || m.ceiling != 20000 {
+		t.Errorf("median of %v: %+v, want the 0.55× pair", pairs, m)
+	}
+	if m := medianPair(pairs[:2]); m.rate != 12000 {
+		t.Errorf("median of two: %+v, want the lower ratio", m)
+	}
+	if got, want := pairsNote(pairs), "ratios 0.60× (9,000/s ÷ 15,000/s), 0.50× (12,000/s ÷ 24,000/s), 0.55× (11,000/s ÷ 20,000/s)"; got != want {
+		t.Errorf("note %q, want %q", got, want)
 	}
 }

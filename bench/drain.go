@@ -76,7 +76,7 @@ func medianPair(pairs []drainPair) drainPair {
 func pairsNote(pairs []drainPair) string {
 	var parts []string
 	for _, p := range pairs {
-		parts = append(parts, fmt.Sprintf("%.2f× (%s ÷ %s)", p.ratio(), formatValue(p.rate, "/s"), formatValue(p.ceiling, "/s")))
+		parts = append(parts, fmt.Sprintf("%s (%s ÷ %s)", formatRatio(p.ratio()), formatValue(p.rate, "/s"), formatValue(p.ceiling, "/s")))
 	}
 	return "ratios " + strings.Join(parts, ", ")
 }

@@ -83,6 +83,10 @@ func TestFormatValue(t *testing.T) {
 			t.Errorf("formatValue(%v, %q) = %q, want %q", tc.v, tc.unit, got, tc.want)
 		}
 	}
+	// A ratio just under a target must not print as the target.
+	if got := formatRatio(11072.0 / 18582); got != "0.596×" {
+		t.Errorf("formatRatio(11072/18582) = %q, want 0.596×", got)
+	}
 }
 
 // TestMedianPair: a drain's figure is the pair of the median ratio to its own ceiling, not the
@@ -99,7 +103,7 @@ func TestMedianPair(t *testing.T) {
 	if m := medianPair(pairs[:2]); m.rate != 12000 {
 		t.Errorf("median of two: %+v, want the lower ratio", m)
 	}
-	if got, want := pairsNote(pairs), "ratios 0.60× (9,000/s ÷ 15,000/s), 0.50× (12,000/s ÷ 24,000/s), 0.55× (11,000/s ÷ 20,000/s)"; got != want {
+	if got, want := pairsNote(pairs), "ratios 0.600× (9,000/s ÷ 15,000/s), 0.500× (12,000/s ÷ 24,000/s), 0.550× (11,000/s ÷ 20,000/s)"; got != want {
 		t.Errorf("note %q, want %q", got, want)
 	}
 }

@@ -109,12 +109,13 @@ func groupThousands(s string) string {
 	return b.String()
 }
 
-// formatRatio renders a ratio to the ceiling; empty when there is none.
+// formatRatio renders a ratio to the ceiling, to three decimals so that a ratio just under a
+// target (0.596 against 0.6) does not print as the target; empty when there is none.
 func formatRatio(r float64) string {
 	if math.IsNaN(r) {
 		return ""
 	}
-	return fmt.Sprintf("%.2f×", r)
+	return fmt.Sprintf("%.3f×", r)
 }
 
 // formatTarget renders a target and its verdict.

@@ -32,7 +32,7 @@ func (b *bench) drain(ctx context.Context) section {
 	} {
 		var pairs []drainPair
 		for i := range b.cfg.drainPairs {
-			c, _, err := b.runCeiling(ctx, 32)
+			c, cpu, err := b.runCeiling(ctx, 32)
 			if err != nil {
 				s.err = fmt.Errorf("%s: ceiling: %w", run.label, err)
 				return s
@@ -42,11 +42,12 @@ func (b *bench) drain(ctx context.Context) section {
 				s.err = fmt.Errorf("%s: %w", run.label, err)
 				return s
 			}
-			pairs = append(pairs, drainPair{ceiling: c.rate(), drainResult: r})
+			pairs = append(pairs, drainPair{ceiling: c.rate(), ceilingRequests: c.Requests, ceilingTook: c.Elapsed, ceilingNote: cpu, drainResult: r})
 		}
 		m := medianPair(pairs)
 		s.figures = append(s.figures, fig("deliveries/s, "+run.label, m.rate, "/s").vs(m.ceiling).ratioAtLeast(run.target))
-		s.notes = append(s.notes, fmt.Sprintf("Drain %s: %s. The median pair's drain: %s", run.label, pairsNote(pairs), m.note))
+		s.notes = append(s.notes, fmt.Sprintf("Drain %s: %s. The median pair's ceiling: %d requests in %s. %s Its drain: %s",
+			run.label, pairsNote(pairs), m.ceilingRequests, m.ceilingTook.Round(time.Millisecond), m.ceilingNote, m.note))
 	}
 	s.notes = append(s.notes, fmt.Sprintf("The queue is filled through the store's batch emit (%d subscribers, rate and burst at the "+
 		"maximum, in-flight cap at its default), then `edgehook drain --until-idle` runs with the default engine settings. "+
@@ -57,9 +58,13 @@ func (b *bench) drain(ctx context.Context) section {
 	return s
 }
 
-// drainPair is one drain and the ceiling measured just before it.
+// drainPair is one drain and the ceiling measured just before it, with the ceiling's requests,
+// time and CPU note (to compare each one's CPU per request).
 type drainPair struct {
-	ceiling float64
+	ceiling         float64
+	ceilingRequests int
+	ceilingTook     time.Duration
+	ceilingNote     string
 	drainResult
 }
 

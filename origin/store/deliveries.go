@@ -568,10 +568,11 @@ func (s *Store) pruneEvents(ctx context.Context, tx *sql.Tx, cutoff int64, after
 
 // Prune first finishes the deleted subscribers' histories left (DeleteSubscriber). Then it deletes
 // delivered, dead and superseded deliveries (their attempts go by trigger, migration 0008) last
-// changed before cutoff, through deliveries_status_settled and then, for the delivered rows it
-// leaves out, by walking the rows of the events older than cutoff (pruneDelivered), then events older than cutoff that no delivery references, a row or not
-// (pruneEvents), then the fanouts no event is of any more (pruneFanouts). Each step runs in
-// transactions of about pruneChunk rows. It returns the number of deliveries deleted.
+// changed before cutoff: through deliveries_status_settled, then, for the delivered rows it leaves
+// out, by walking the rows of the events older than cutoff (pruneDelivered). Then it deletes the
+// events older than cutoff that no delivery references, a row or not (pruneEvents), then the
+// fanouts no event is of any more (pruneFanouts). Each step runs in transactions of about
+// pruneChunk rows. It returns the number of deliveries deleted.
 func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 	// A history that cannot be finished now does not hold up retention: its rows are a deleted
 	// subscriber's, whose id is not given again until they are gone (CreateSubscriber).

@@ -42,12 +42,12 @@ func (b *bench) drain(ctx context.Context) section {
 				s.err = fmt.Errorf("%s: %w", run.label, err)
 				return s
 			}
-			pairs = append(pairs, drainPair{ceiling: c.rate(), ceilingRequests: c.Requests, ceilingTook: c.Elapsed, ceilingNote: cpu, drainResult: r})
+			pairs = append(pairs, drainPair{ceiling: c, ceilingNote: cpu, drainResult: r})
 		}
 		m := medianPair(pairs)
-		s.figures = append(s.figures, fig("deliveries/s, "+run.label, m.rate, "/s").vs(m.ceiling).ratioAtLeast(run.target))
+		s.figures = append(s.figures, fig("deliveries/s, "+run.label, m.rate, "/s").vs(m.ceiling.rate()).ratioAtLeast(run.target))
 		s.notes = append(s.notes, fmt.Sprintf("Drain %s: %s. The median pair's ceiling: %d requests in %s. %s Its drain: %s",
-			run.label, pairsNote(pairs), m.ceilingRequests, m.ceilingTook.Round(time.Millisecond), m.ceilingNote, m.note))
+			run.label, pairsNote(pairs), m.ceiling.Requests, m.ceiling.Elapsed.Round(time.Millisecond), m.ceilingNote, m.note))
 	}
 	s.notes = append(s.notes, fmt.Sprintf("The queue is filled through the store's batch emit (%d subscribers, rate and burst at the "+
 		"maximum, in-flight cap at its default), then `edgehook drain --until-idle` runs with the default engine settings. "+
@@ -58,17 +58,15 @@ func (b *bench) drain(ctx context.Context) section {
 	return s
 }
 
-// drainPair is one drain and the ceiling measured just before it, with the ceiling's requests,
-// time and CPU note (to compare each one's CPU per request).
+// drainPair is one drain and the ceiling measured just before it, with the ceiling's CPU note (to
+// compare each one's CPU per request).
 type drainPair struct {
-	ceiling         float64
-	ceilingRequests int
-	ceilingTook     time.Duration
-	ceilingNote     string
+	ceiling     ceilingResult
+	ceilingNote string
 	drainResult
 }
 
-func (p drainPair) ratio() float64 { return p.rate / p.ceiling }
+func (p drainPair) ratio() float64 { return p.rate / p.ceiling.rate() }
 
 // medianPair returns the pair of the median ratio (of an even count, the lower middle one).
 func medianPair(pairs []drainPair) drainPair {
@@ -81,7 +79,7 @@ func medianPair(pairs []drainPair) drainPair {
 func pairsNote(pairs []drainPair) string {
 	var parts []string
 	for _, p := range pairs {
-		parts = append(parts, fmt.Sprintf("%s (%s ÷ %s)", formatRatio(p.ratio()), formatValue(p.rate, "/s"), formatValue(p.ceiling, "/s")))
+		parts = append(parts, fmt.Sprintf("%s (%s ÷ %s)", formatRatio(p.ratio()), formatValue(p.rate, "/s"), formatValue(p.ceiling.rate(), "/s")))
 	}
 	return "ratios " + strings.Join(parts, ", ")
 }

@@ -93,11 +93,11 @@ func TestFormatValue(t *testing.T) {
 // median drain rate, and every pair is listed in the order it ran.
 func TestMedianPair(t *testing.T) {
 	t.Parallel()
-	pair := func(rate, ceiling float64) drainPair {
-		return drainPair{ceiling: ceiling, drainResult: drainResult{rate: rate}}
+	pair := func(rate float64, ceiling int) drainPair { // the ceiling's requests in one second
+		return drainPair{ceiling: ceilingResult{loadResult: loadResult{Requests: ceiling, Elapsed: time.Second}}, drainResult: drainResult{rate: rate}}
 	}
 	pairs := []drainPair{pair(9000, 15000), pair(12000, 24000), pair(11000, 20000)} // 0.60, 0.50, 0.55
-	if m := medianPair(pairs); m.rate != 11000 || m.ceiling != 20000 {
+	if m := medianPair(pairs); m.rate != 11000 || m.ceiling.rate() != 20000 {
 		t.Errorf("median of %v: %+v, want the 0.55× pair", pairs, m)
 	}
 	if m := medianPair(pairs[:2]); m.rate != 12000 {

@@ -28,18 +28,21 @@ func (s *Store) deliverySeq(id string) (int64, error) {
 }
 
 const deliveryColumns = `d.seq, e.id, e.type, d.subscriber_id, d.status, d.reason, d.coalesce_key, d.attempts, d.next_attempt_at,
-	d.last_status, d.last_error, d.created_at, d.updated_at, d.delivered_at, d.lease_expires_at`
+	d.last_status, d.last_error, d.created_at, d.updated_at, d.delivered_at, d.lease_expires_at, e.created_at`
 
 func (s *Store) scanDelivery(row rowScanner) (Delivery, int64, error) {
 	var (
-		d                                         Delivery
-		seq, next, created, updated, dlv, leaseTo int64
-		status                                    string
+		d                                               Delivery
+		seq, next, created, updated, dlv, leaseTo, evAt int64
+		status                                          string
 	)
 	err := row.Scan(&seq, &d.EventID, &d.EventType, &d.SubscriberID, &status, &d.Reason, &d.CoalesceKey, &d.Attempts, &next,
-		&d.LastStatus, &d.LastError, &created, &updated, &dlv, &leaseTo)
+		&d.LastStatus, &d.LastError, &created, &updated, &dlv, &leaseTo, &evAt)
 	if err != nil {
 		return Delivery{}, 0, err
+	}
+	if created == 0 { // a compact delivered row (migration 0014)
+		created, next, dlv = evAt, evAt, updated
 	}
 	d.ID, d.Status = s.deliveryID(seq), Status(status)
 	d.NextAttemptAt, d.CreatedAt, d.UpdatedAt = fromMS(next), fromMS(created), fromMS(updated)
@@ -88,11 +91,12 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (DeliveryP
 	if f.EventID != "" {
 		add("e.id = ? AND "+eventRowsSQL("d", "e.seq"), f.EventID)
 	}
+	// A delivery is created with its event (a compact row stores 0 for it).
 	if !f.From.IsZero() {
-		add("d.created_at >= ?", ms(f.From))
+		add("e.created_at >= ?", ms(f.From))
 	}
 	if !f.To.IsZero() {
-		add("d.created_at < ?", ms(f.To))
+		add("e.created_at < ?", ms(f.To))
 	}
 	if f.Cursor != "" {
 		c, err := strconv.ParseInt(f.Cursor, 10, 64)

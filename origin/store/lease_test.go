@@ -486,3 +486,84 @@ func TestAnEventsRowsAreFoundByTheirKeyRange(t *testing.T) {
 		}
 	}
 }
+
+// TestADeliveredRangeRowIsCompact: a range delivery delivered at its first attempt is written
+// without the columns its event and its settle's time hold (migration 0014), and every reader
+// puts them back: the delivery, its attempt log, a listing by creation time and the two views.
+// Other rows keep every column.
+func TestADeliveredRangeRowIsCompact(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	emitN(t, s, "x", 3)
+	created := clk.Now()
+	cs := claim(t, s, clk.Now(), 10).Deliveries
+	clk.Advance(3 * time.Second)
+	sent, settled := clk.Now(), clk.Now().Add(40*time.Millisecond)
+	attempt := func(c Claimed, r Result, status int, outcome string) Settlement {
+		set := done(c, r)
+		set.Status, set.Attempt = status, &Attempt{At: sent, Status: status, LatencyMS: 9, Outcome: outcome, Excerpt: "ok"}
+		return set
+	}
+	dead := attempt(cs[2], ResultDead, 500, "http_5xx")
+	dead.Reason, dead.Error = ReasonMaxAttempts, "HTTP 500"
+	settle(t, s, settled, attempt(cs[0], ResultDelivered, 200, "delivered"), attempt(cs[1], ResultDelivered, 200, "duplicate"), dead)
+
+	raw := func(c Claimed) (at [4]int64, outcome string) {
+		t.Helper()
+		err := s.w.QueryRow(`SELECT created_at, age_from, next_attempt_at, delivered_at, first_outcome FROM deliveries WHERE seq = ?`, c.Seq).
+			Scan(&at[0], &at[1], &at[2], &at[3], &outcome)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return at, outcome
+	}
+	if at, outcome := raw(cs[0]); at != [4]int64{} || outcome != "" {
+		t.Fatalf("the delivered row stores %v and outcome %q, want all 0 and ''", at, outcome)
+	}
+	if _, outcome := raw(cs[1]); outcome != "duplicate" {
+		t.Fatalf("the edge's duplicate stored its outcome as %q", outcome)
+	}
+	if at, _ := raw(cs[2]); at != [4]int64{ms(created), ms(created), ms(created), 0} {
+		t.Fatalf("the dead row stores %v, want its times in full", at)
+	}
+
+	for i, outcome := range []string{"delivered", "duplicate"} {
+		d, err := s.GetDelivery(ctx, cs[i].DeliveryID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.CreatedAt.Equal(created) || !d.NextAttemptAt.Equal(created) || !d.UpdatedAt.Equal(settled) || !d.DeliveredAt.Equal(settled) {
+			t.Fatalf("delivery %d reads created %v, due %v, updated %v, delivered %v; want created and due %v, the rest %v",
+				i, d.CreatedAt, d.NextAttemptAt, d.UpdatedAt, d.DeliveredAt, created, settled)
+		}
+		want := Attempt{At: d.AttemptLog[0].At, Number: 1, Status: 200, LatencyMS: 9, Outcome: outcome, Excerpt: "ok"}
+		if len(d.AttemptLog) != 1 || d.AttemptLog[0] != want || !d.AttemptLog[0].At.Equal(sent) {
+			t.Fatalf("delivery %d's attempts %+v, want %+v at %v", i, d.AttemptLog, want, sent)
+		}
+	}
+	for _, c := range []struct {
+		from, to time.Time
+		want     int
+	}{{created, created.Add(time.Millisecond), 3}, {created.Add(time.Millisecond), time.Time{}, 0}, {time.Time{}, created, 0}} {
+		page, err := s.ListDeliveries(ctx, DeliveryFilter{From: c.from, To: c.to})
+		if err != nil || len(page.Deliveries) != c.want {
+			t.Fatalf("listing created in [%v, %v): %d %v, want %d", c.from, c.to, len(page.Deliveries), err, c.want)
+		}
+		for _, d := range page.Deliveries {
+			if !d.CreatedAt.Equal(created) {
+				t.Fatalf("listed %+v, want it created at %v", d, created)
+			}
+		}
+	}
+	var views [5]int64
+	err := s.w.QueryRow(`SELECT d.created_at, d.age_from, d.next_attempt_at, d.delivered_at, d.updated_at FROM all_deliveries d WHERE d.seq = ?`, cs[0].Seq).
+		Scan(&views[0], &views[1], &views[2], &views[3], &views[4])
+	if err != nil || views != [5]int64{ms(created), ms(created), ms(created), ms(settled), ms(settled)} {
+		t.Fatalf("all_deliveries reads %v %v, want created, age and due %d, delivered and updated %d", views, err, ms(created), ms(settled))
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM all_attempts WHERE outcome = 'delivered'`); n != 1 {
+		t.Fatalf("all_attempts holds %d delivered attempts, want 1", n)
+	}
+}

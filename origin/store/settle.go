@@ -400,8 +400,9 @@ func (s *Store) insertAll(ctx context.Context, tx *sql.Tx, q string, args []any,
 // settleLeasedSQL inserts the rows of deliveries leased as part of a range: parameters now, then
 // each settleRow's fields, its subscriber and its first attempt. The delivery must be of an event
 // in the range of a lease of that subscriber with that token, in one of the subscriber's fanouts;
-// one that has a row already (rescued, or settled) conflicts and is skipped. It returns the rows
-// it wrote; settleLeasedAllSQL is the same insert returning nothing.
+// one that has a row already (rescued, or settled) conflicts and is skipped. A delivered row is
+// written compact (migration 0014): created_at 0, and without what its event and its settle's time
+// hold. It returns the rows it wrote; settleLeasedAllSQL is the same insert returning nothing.
 var (
 	settleLeasedSQL = chunkSQL(14, func(values string) string {
 		return insertLeasedSQL(values) + ` RETURNING seq, attempts, subscriber_id, status`
@@ -416,10 +417,12 @@ func insertLeasedSQL(values string) string {
 		SELECT j.seq, e.seq, ls.subscriber_id,
 			CASE j.status WHEN 'unsent' THEN ` + unsentStatusOf("ls.subscriber_id") + ` ELSE j.status END,
 			CASE j.status WHEN 'dead' THEN j.reason WHEN 'delivered' THEN '' ELSE ` + heldReasonOf("ls.subscriber_id") + ` END, j.inc,
-			CASE WHEN j.next > 0 THEN j.next ELSE e.created_at END, e.created_at,
+			CASE WHEN j.status = 'delivered' THEN 0 WHEN j.next > 0 THEN j.next ELSE e.created_at END,
+			CASE WHEN j.status = 'delivered' THEN 0 ELSE e.created_at END,
 			CASE WHEN j.keep_last = 1 THEN 0 ELSE j.code END, CASE WHEN j.keep_last = 1 THEN '' ELSE j.error END,
-			e.created_at, t.now, CASE WHEN j.status = 'delivered' THEN t.now ELSE 0 END,
-			j.first_at, CASE WHEN j.first_at > 0 THEN j.code ELSE 0 END, j.first_latency, j.first_outcome,
+			CASE WHEN j.status = 'delivered' THEN 0 ELSE e.created_at END, t.now, 0,
+			j.first_at, CASE WHEN j.first_at > 0 THEN j.code ELSE 0 END, j.first_latency,
+			CASE WHEN j.status = 'delivered' AND j.first_outcome = 'delivered' THEN '' ELSE j.first_outcome END,
 			CASE WHEN j.first_at > 0 THEN j.error ELSE '' END, j.first_excerpt
 		FROM (SELECT ? AS now) AS t,
 			(SELECT column1 AS seq, column2 AS token, column3 AS status, column4 AS inc, column5 AS next, column6 AS reason,

@@ -42,7 +42,8 @@ func (b *bench) emit(ctx context.Context) section {
 	s.notes = append(s.notes, fmt.Sprintf("POST /v1/events/batch, %d concurrent clients, %d events per request: %d requests in %s. %s",
 		b.cfg.batchConns, b.cfg.batchSize, batch.Requests, batch.Elapsed.Round(time.Millisecond), note))
 	s.notes = append(s.notes, fmt.Sprintf("Each run starts `edgehook serve` on a new database with %d subscribers (patterns *, "+
-		"%s and video.*), all paused so the engine sends nothing; the events carry a %d-byte body. After the run the origin is "+
+		"%s and video.*), all paused so the engine sends nothing; the events carry a %d-byte body. The clients are this program's, sending through "+
+		"the engine's own transport as the ceiling's client does, the leanest here, so they take as little of the machine as they can. After the run the origin is "+
 		"stopped and the database must hold exactly one pending delivery per subscriber for every accepted event. A delivery "+
 		"is stored with its event (one row per event and its fanout, the subscribers it matched) and becomes a row of its own "+
 		"when it settles (schema versions 9 and 11).",
@@ -89,7 +90,10 @@ func (b *bench) runEmit(ctx context.Context, name string, conns, perRequest int)
 			return url, emitRequest(prefix, i, perRequest, body), header
 		}
 	}
-	client := newClient(conns)
+	client, err := newEngineSender(conns)
+	if err != nil {
+		return loadResult{}, "", err
+	}
 	warm := load{client: client, conns: conns, n: conns * 4, d: time.Minute, req: req("warm"), status: http.StatusAccepted}.run(ctx)
 	if err := warm.err(); err != nil {
 		return warm, "", fmt.Errorf("warm-up: %w", err)

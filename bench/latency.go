@@ -35,7 +35,7 @@ func (b *bench) latency(ctx context.Context) section {
 		"Latency runs from just before the emit request is sent to the delivery's arrival at the sink, both read from this "+
 		"process's clock; percentiles are nearest-rank over every delivery, and a delivery that has not arrived %s after the last emit counts as "+
 		"not arrived (a percentile that reaches one says so). The isolation baseline below gives the latency at a rate the "+
-		"engine sustains.", spec.n, b.cfg.emitConns, b.cfg.latencyRate, b.cfg.latencyFor, b.cfg.deliverWait))
+		"engine sustains.", spec.n, b.cfg.latencyConns, b.cfg.latencyRate, b.cfg.latencyFor, b.cfg.deliverWait))
 	return s
 }
 
@@ -136,8 +136,11 @@ func (b *bench) runSteady(ctx context.Context, name string, spec subscriberSpec,
 	header := http.Header{"Content-Type": {"application/json"}}
 	b.sink.reset()
 	cpu := startCPU(p)
-	client := newClient(b.cfg.emitConns)
-	r := paced{client: client, conns: b.cfg.emitConns, rate: rate, d: d, status: http.StatusAccepted,
+	client, err := newEngineSender(b.cfg.latencyConns)
+	if err != nil {
+		return steadyResult{}, err
+	}
+	r := paced{client: client, conns: b.cfg.latencyConns, rate: rate, d: d, status: http.StatusAccepted,
 		req: func(i int) (string, []byte, http.Header) {
 			return base + "/v1/events", emitRequest(name, i, 1, body), header
 		}}.run(ctx)

@@ -49,6 +49,21 @@ func newClient(conns int) *http.Client {
 	}
 }
 
+// newEngineSender returns a sender through the engine's own direct-mode transport, allowed to
+// reach loopback, keeping conns idle connections: the leanest client here (see h1), so a load
+// generator running beside the origin takes as little of the machine as it can.
+func newEngineSender(conns int) (engineSender, error) {
+	t, err := engine.NewDirectTransport([]netip.Prefix{netip.MustParsePrefix(loopbackNetwork)}, conns)
+	return engineSender{t}, err
+}
+
+// CloseIdleConnections closes the transport's idle connections.
+func (s engineSender) CloseIdleConnections() {
+	if c, ok := s.t.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 // post is one request of a load: the i-th request's URL, body and headers.
 type post func(i int) (url string, body []byte, header http.Header)
 
@@ -154,7 +169,7 @@ func send(ctx context.Context, c doer, url string, body []byte, header http.Head
 // records when each request started. A request that cannot start on time (every connection busy)
 // starts late, or not at all past d, and the achieved rate shows it.
 type paced struct {
-	client *http.Client
+	client doer
 	conns  int
 	rate   float64
 	d      time.Duration

@@ -46,11 +46,12 @@ type config struct {
 	drainFor           time.Duration
 	drainPairs         int
 
-	latencyRate float64
-	latencyFor  time.Duration
-	deliverWait time.Duration
-	isoRate     float64
-	isoFor      time.Duration
+	latencyRate  float64
+	latencyFor   time.Duration
+	latencyConns int
+	deliverWait  time.Duration
+	isoRate      float64
+	isoFor       time.Duration
 
 	rate     float64
 	burst    int
@@ -62,6 +63,9 @@ type config struct {
 	smoke bool
 	args  []string // the command line, for the report
 }
+
+// maxConns bounds the client counts: each is a connection, and a file descriptor on both sides.
+const maxConns = 512
 
 // smokeSizes are the sizes of -smoke, for flags not given explicitly.
 var smokeSizes = map[string]string{
@@ -89,15 +93,16 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.ceilingFor, "ceiling-for", 5*time.Second, "ceiling: time at most, per connection count")
 	fs.IntVar(&c.emitN, "emit-n", 400_000, "emit: events at most, per endpoint")
 	fs.DurationVar(&c.emitFor, "emit-for", 8*time.Second, "emit: time at most, per endpoint")
-	fs.IntVar(&c.emitConns, "emit-conns", 32, "emit: concurrent clients of POST /v1/events")
+	fs.IntVar(&c.emitConns, "emit-conns", 128, "emit: concurrent clients of POST /v1/events")
 	fs.IntVar(&c.batchSize, "batch-size", 100, "emit: events per POST /v1/events/batch")
-	fs.IntVar(&c.batchConns, "batch-conns", 8, "emit: concurrent clients of the batch endpoint")
+	fs.IntVar(&c.batchConns, "batch-conns", 32, "emit: concurrent clients of the batch endpoint")
 	fs.IntVar(&c.drainN, "drain-n", 60_000, "drain: deliveries queued for the direct drain")
 	fs.IntVar(&c.drainEdgeN, "drain-edge-n", 24_000, "drain: deliveries queued for the drain through the local edge")
 	fs.DurationVar(&c.drainFor, "drain-for", 30*time.Second, "drain: time at most (edgehook drain --for)")
 	fs.IntVar(&c.drainPairs, "drain-pairs", 3, "drain: runs of each drain, each after a ceiling of its own (the figure is the median)")
 	fs.Float64Var(&c.latencyRate, "latency-rate", 1000, "latency: events per second")
 	fs.DurationVar(&c.latencyFor, "latency-for", 20*time.Second, "latency: how long")
+	fs.IntVar(&c.latencyConns, "latency-conns", 32, "latency, isolation: concurrent clients pacing the emits")
 	fs.DurationVar(&c.deliverWait, "deliver-wait", 20*time.Second, "latency, isolation: how long deliveries may still arrive after the last emit")
 	fs.Float64Var(&c.isoRate, "isolation-rate", 25, "isolation: events per second, one the engine sustains")
 	fs.DurationVar(&c.isoFor, "isolation-for", 10*time.Second, "isolation: how long each run lasts (two conditions, alternated twice)")
@@ -137,10 +142,10 @@ func (c *config) validate() error {
 	}{
 		{"body-bytes", c.bodyBytes >= 64 && c.bodyBytes <= 256<<10}, {"subscribers", c.subscribers >= 2 && c.subscribers <= 100},
 		{"ceiling-n", c.ceilingN >= 1}, {"ceiling-for", c.ceilingFor > 0},
-		{"emit-n", c.emitN >= 1}, {"emit-for", c.emitFor > 0}, {"emit-conns", c.emitConns >= 1},
-		{"batch-size", c.batchSize >= 1 && c.batchSize <= 1000}, {"batch-conns", c.batchConns >= 1},
+		{"emit-n", c.emitN >= 1}, {"emit-for", c.emitFor > 0}, {"emit-conns", c.emitConns >= 1 && c.emitConns <= maxConns},
+		{"batch-size", c.batchSize >= 1 && c.batchSize <= 1000}, {"batch-conns", c.batchConns >= 1 && c.batchConns <= maxConns},
 		{"drain-n", c.drainN >= 1}, {"drain-edge-n", c.drainEdgeN >= 1}, {"drain-for", c.drainFor >= time.Second}, {"drain-pairs", c.drainPairs >= 1 && c.drainPairs <= 9},
-		{"latency-rate", c.latencyRate > 0 && c.latencyRate <= 100_000}, {"latency-for", c.latencyFor > 0}, {"deliver-wait", c.deliverWait > 0},
+		{"latency-rate", c.latencyRate > 0 && c.latencyRate <= 100_000}, {"latency-for", c.latencyFor > 0}, {"latency-conns", c.latencyConns >= 1 && c.latencyConns <= maxConns}, {"deliver-wait", c.deliverWait > 0},
 		{"isolation-rate", c.isoRate > 0 && c.isoRate <= 100_000}, {"isolation-for", c.isoFor > 0},
 		{"rate", c.rate > 0 && c.rate <= 10_000}, {"burst", c.burst >= 1}, {"rate-for", c.rateFor > 0},
 		{"backlog", c.backlogN >= 1}, {"claims", c.claims >= 1}, {"rss-for", c.rssFor > 0},

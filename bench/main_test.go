@@ -33,6 +33,8 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-batch-size", "1001"}, "-batch-size"},
 		{[]string{"-drain-pairs", "0"}, "-drain-pairs"},
 		{[]string{"-drain-pairs", "10"}, "-drain-pairs"},
+		{[]string{"-emit-conns", "513"}, "-emit-conns"},
+		{[]string{"-latency-conns", "0"}, "-latency-conns"},
 		{[]string{"-only", "emit,nope"}, `"nope"`},
 		{[]string{"extra"}, `"extra"`},
 	} {

@@ -255,6 +255,7 @@ func run(ctx context.Context, cfg config) error {
 		}
 		t := time.Now()
 		fmt.Fprintf(os.Stderr, "bench: %s ...\n", name)
+		flushDisk()
 		s := funcs[name](ctx)
 		fmt.Fprintf(os.Stderr, "bench: %s done in %s\n", name, time.Since(t).Round(100*time.Millisecond))
 		if s.err != nil {

@@ -201,7 +201,9 @@ func writeMarkdown(w io.Writer, at time.Time, took time.Duration, m machine, cfg
 	fmt.Fprintf(w, "- Load average (1, 5, 15 min) before the run: %s; after: %s. The machine is shared, so every\n", m.loadStart, m.loadEnd)
 	fmt.Fprintf(w, "  throughput is also given as a ratio to the ceiling measured in the same run.\n")
 	fmt.Fprintf(w, "- Everything runs on 127.0.0.1: the origin is the real binary (`bin/edgehook`) in its own process;\n")
-	fmt.Fprintf(w, "  the load generator and the subscribers' sink are this program; the local edge is `edgehook edge local`.\n\n")
+	fmt.Fprintf(w, "  the load generator and the subscribers' sink are this program; the local edge is `edgehook edge local`.\n")
+	fmt.Fprintf(w, "- Each section, and each run that starts on a new database, begins after sync(2): the writeback of the files\n")
+	fmt.Fprintf(w, "  earlier runs wrote is done before it, not inside its measurement.\n\n")
 
 	fmt.Fprintf(w, "## Figures\n\n")
 	fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(header[:], " | "), strings.Repeat("---|", len(header)))

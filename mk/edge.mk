@@ -9,7 +9,7 @@ NODE ?= node
 # PATH. Tests run under the machine's node.
 NPX ?= npx --no-install
 
-.PHONY: worker test-edge bench-edge npm-deps
+.PHONY: worker worker-panic test-edge bench-edge npm-deps
 
 # The Worker bundle: the generated assets, the Go (or TinyGo) build and our loader (index.mjs, with
 # the requestid.mjs it imports).
@@ -29,6 +29,13 @@ worker:
 	$(copy-loader)
 endif
 
+# The same bundle with the edgehook_panic tag (edge/cmd/worker/panic_hook.go), for the workerd test
+# that sees a panic in the Go instance answered and the instance serve on. Never deployed.
+WORKER_PANIC_DIR := build/worker-panic
+worker-panic: worker
+	rm -rf $(WORKER_PANIC_DIR) && cp -r $(WORKER_DIR) $(WORKER_PANIC_DIR)
+	GOOS=js GOARCH=wasm $(GO) build -trimpath -ldflags '-s -w' -tags edgehook_panic -o $(WORKER_PANIC_DIR)/app.wasm ./edge/cmd/worker
+
 # npm ci when node_modules is missing or older than the lockfile. A registry download can stall
 # with its connection open and npm then waits forever (seen here: a 47 MB tarball stopped for 13
 # minutes), so each try is bounded and a stalled or failed one is tried again, at most three times.
@@ -46,7 +53,7 @@ npm-deps: node_modules/.package-lock.json
 test-edge: npm-deps
 	rm -f build/conformance/native.json build/conformance/workerd.json
 	EDGEHOOK_CONFORMANCE_DIR=$(CURDIR)/build/conformance $(GO) test -race -count=1 ./edge/relay/... ./edge/conformance/...
-	$(MAKE) --no-print-directory worker
+	$(MAKE) --no-print-directory worker-panic
 	EDGEHOOK_CONFORMANCE_DIR=$(CURDIR)/build/conformance GO=$(GO) $(NODE) --test edge/workerd/
 	$(NPX) wrangler deploy --dry-run --outdir build/wrangler-dry-run
 

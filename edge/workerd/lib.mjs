@@ -24,11 +24,11 @@ export function compatibilityDate() {
   return m[1];
 }
 
-/** Miniflare options that load the real bundle (build/worker, from `make worker`). */
-export function bundleOptions() {
+/** Miniflare options that load the real bundle (build/worker, from `make worker`), or the one in dir. */
+export function bundleOptions(dir = workerDir) {
   return {
-    scriptPath: path.join(workerDir, "index.mjs"),
-    modulesRoot: workerDir,
+    scriptPath: path.join(dir, "index.mjs"),
+    modulesRoot: dir,
     modules: true,
     modulesRules: [
       { type: "ESModule", include: ["**/*.mjs", "**/*.js"] },
@@ -44,10 +44,10 @@ export function quiet(stdout, stderr) {
   stderr.resume();
 }
 
-/** Starts the real bundle in workerd with in-memory KV and the given vars. */
-export function startWorker(vars) {
+/** Starts the real bundle (or the one in dir) in workerd with in-memory KV and the given vars. */
+export function startWorker(vars, dir = workerDir) {
   return new Miniflare({
-    ...bundleOptions(),
+    ...bundleOptions(dir),
     name: "edgehook-edge",
     kvNamespaces: ["SUBSCRIBERS", "DEDUP"],
     bindings: vars,

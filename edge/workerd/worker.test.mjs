@@ -1,7 +1,8 @@
 // The Worker bundle's own behaviour in workerd, beyond the shared scenarios: a KV bulk file made by
 // the Go encoder and loaded by the real `wrangler kv bulk put`; concurrent requests on the one
 // long-lived Go instance; a client that goes away mid-forward; bodies far larger than the JS/Go
-// crossing's buffers; failing KV; a missing secret; the isolate's heap over many requests.
+// crossing's buffers; failing KV; a missing secret; a panic in the Go instance; the isolate's heap
+// over many requests.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
@@ -348,6 +349,32 @@ describe("large bodies and failing KV", () => {
     assert.notEqual(await dedup.get("d:del_after_1"), null);
     assert.equal(sub.received.length, 2);
   });
+});
+
+test("a panic in the Go instance fails its request only: 500 rejected:edge_panic, and the instance serves on", async () => {
+  // build/worker-panic is the bundle built with the edgehook_panic tag (make worker-panic): a
+  // request with an edgehook-test-panic header panics in the Go instance before the relay runs.
+  const sub = await startSubscriber();
+  const mf = startWorker(suiteVars(suite), path.join(root, "build/worker-panic"));
+  try {
+    const subs = await mf.getKVNamespace("SUBSCRIBERS");
+    await subs.put("sub:sub_panic", JSON.stringify({ url: `${sub.url}/hooks/panic`, timeout_ms: 5_000, active: true }));
+    const ok = () => mf.dispatchFetch("http://edge.test/", signed("del_panic_ok_" + randomBytes(4).toString("hex"), "sub_panic"));
+    const before = await ok();
+    assert.deepEqual([before.status, before.headers.get("edgehook-outcome")], [200, "forwarded"], await before.text());
+    for (const n of [1, 2]) {
+      const res = await mf.dispatchFetch("http://edge.test/", signed(`del_panic_${n}`, "sub_panic", { "edgehook-test-panic": `try ${n}` }));
+      const text = await res.text();
+      assert.deepEqual([res.status, res.headers.get("edgehook-outcome")], [500, "rejected:edge_panic"], text);
+      assert.match(text, new RegExp(`edge panic: asked by edgehook-test-panic: try ${n}`));
+      const after = await ok();
+      assert.deepEqual([after.status, after.headers.get("edgehook-outcome")], [200, "forwarded"], await after.text());
+    }
+    assert.equal(sub.received.length, 3, "the panicking requests reached nobody");
+  } finally {
+    await mf.dispose();
+    await sub.close();
+  }
 });
 
 test("a Worker without EDGE_SECRET answers 500 rejected:misconfigured, naming it", async () => {

@@ -65,6 +65,11 @@ func (h *handler) server(j job) {
 	}
 }
 
+// panicHook, when set, runs on each request before the relay. Only a build with the
+// edgehook_panic tag sets it (panic_hook.go): the workerd tests load that bundle to see a panic
+// answered and the instance serve on. The bundle make worker builds leaves it nil.
+var panicHook func(*relay.Request)
+
 // serve runs the relay and never panics: one instance serves every request, so a panic must fail
 // this request only.
 func (h *handler) serve(j job) (resp *relay.Response) {
@@ -76,7 +81,11 @@ func (h *handler) serve(j job) (resp *relay.Response) {
 	if h.err != nil {
 		return relay.Reject(500, wire.ReasonMisconfigured, "the Worker's configuration: %v", h.err)
 	}
-	resp = h.relay.Handle(context.Background(), h.take(j))
+	req := h.take(j)
+	if panicHook != nil {
+		panicHook(req)
+	}
+	resp = h.relay.Handle(context.Background(), req)
 	if resp.Detail != "" {
 		println("edgehook edge:", resp.Detail) // console.log, for `wrangler tail`
 	}

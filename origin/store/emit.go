@@ -271,6 +271,7 @@ type newEvent struct {
 	Body, Hash []byte
 	Key        string
 	Fanout     []int64 // the ordinals of the subscribers whose delivery is not a row, ascending
+	fanoutKey  string  // fanoutKey(Fanout) if known when planned, else ""
 	fanoutID   int64   // Fanout's id, 0 for none (set by write)
 }
 
@@ -297,13 +298,52 @@ type groupPlan struct {
 	dups       map[int64][]resultRef   // stored event seq → re-emits of it
 	claimable  int                     // deliveries created for active subscribers
 	superseded int64
+	byType     map[string]*typeMatch // the subscribers each event type of the group matches
+}
+
+// typeMatch is what the subscribers give the group's events of one type, worked out once per
+// group: a batch's events mostly share their type, and the group's one writer goroutine planned
+// each against every subscriber, an allocation and two map writes per delivery.
+type typeMatch struct {
+	subs     []*Subscriber // the subscribers whose filter matches the type, in the plan's order
+	plain    bool          // no coalesce rule among them applies to it: every event of the type has the same fanout
+	ordinals []int64       // if plain, that fanout, ascending (shared by the events: read only)
+	key      string        // fanoutKey(ordinals)
+	active   int           // of subs, those active
+	events   int64         // plain events of the type planned so far, counted into pending and fanned by write
+}
+
+// match returns the subscribers of an event type.
+func (p *groupPlan) match(typ string) *typeMatch {
+	if m, ok := p.byType[typ]; ok {
+		return m
+	}
+	m := &typeMatch{plain: true}
+	for _, sub := range p.subs {
+		if !sub.Events.Match(typ) {
+			continue
+		}
+		m.subs = append(m.subs, sub)
+		m.ordinals = append(m.ordinals, sub.ordinal)
+		if sub.State == StateActive {
+			m.active++
+		}
+		if sub.Coalesce != nil && sub.Coalesce.Applies(typ) {
+			m.plain = false
+		}
+	}
+	slices.Sort(m.ordinals)
+	m.key = fanoutKey(m.ordinals)
+	p.byType[typ] = m
+	return m
 }
 
 // newGroupPlan reads what planning needs: the queue depth, the backlogs, and which of the group's
 // ids exist. The counts cannot change under the plan: the transaction holds the write lock.
 func (s *Store) newGroupPlan(ctx context.Context, tx *sql.Tx, group []*emitReq, subs []*Subscriber) (*groupPlan, error) {
 	p := &groupPlan{s: s, subs: subs, cap: s.opts.GlobalCap, known: map[string]*storedEvent{}, latest: map[[2]string]int{},
-		firstKey: map[[2]string]resultRef{}, dups: map[int64][]resultRef{}, pending: map[string]int64{}, fanned: map[string]int64{}}
+		firstKey: map[[2]string]resultRef{}, dups: map[int64][]resultRef{}, pending: map[string]int64{}, fanned: map[string]int64{},
+		byType: map[string]*typeMatch{}}
 	// New events take their seqs past the mark (migration 0007), so deliveries are planned with
 	// their events' seqs, the INSERTs return nothing, and a seq deleted by a prune or with its
 	// subscriber is never given again (a delivery's id is public, and made of it: fanout.go).
@@ -381,11 +421,7 @@ func (p *groupPlan) check(r *emitReq) error {
 		if depth >= p.cap {
 			return &QueueFullError{Depth: depth, Cap: p.cap, RetryAfter: DefaultQueueFullRetry}
 		}
-		for _, sub := range p.subs {
-			if sub.Events.Match(in.Type) {
-				depth++
-			}
-		}
+		depth += int64(len(p.match(in.Type).subs))
 	}
 	return nil
 }
@@ -409,11 +445,18 @@ func (p *groupPlan) add(r *emitReq) {
 		event := &p.events[len(p.events)-1]
 		res := &r.results[i]
 		res.EventID = in.ID
+		m := p.match(in.Type)
+		p.known[in.ID] = &storedEvent{hash: sum, deliveries: len(m.subs)}
+		p.depth += int64(len(m.subs))
+		if m.plain {
+			event.Fanout, event.fanoutKey = m.ordinals, m.key
+			res.Deliveries = len(m.subs)
+			p.claimable += m.active
+			m.events++
+			continue
+		}
 		var payload map[string]json.RawMessage // parsed at most once, for coalesce keys
-		for _, sub := range p.subs {
-			if !sub.Events.Match(in.Type) {
-				continue
-			}
+		for _, sub := range m.subs {
 			key := ""
 			if sub.Coalesce != nil && sub.Coalesce.Applies(in.Type) {
 				key = in.CoalesceKey
@@ -449,8 +492,6 @@ func (p *groupPlan) add(r *emitReq) {
 			p.rows = append(p.rows, newDelivery{Seq: deliverySeqOf(ev, sub.ordinal), Event: ev, Sub: sub.ID, Key: key, Status: StatusPending})
 		}
 		slices.Sort(event.Fanout)
-		p.known[in.ID] = &storedEvent{hash: sum, deliveries: res.Deliveries}
-		p.depth += int64(res.Deliveries)
 		p.superseded += int64(res.Superseded)
 	}
 }
@@ -459,6 +500,12 @@ func (p *groupPlan) add(r *emitReq) {
 // deliveries, the new delivery rows, the seq mark past them, and the delivery counts that
 // re-emits of stored events report.
 func (p *groupPlan) write(ctx context.Context, tx *sql.Tx, now int64) error {
+	for _, m := range p.byType {
+		for _, sub := range m.subs {
+			p.pending[sub.ID] += m.events
+			p.fanned[sub.ID] += m.events
+		}
+	}
 	if err := p.countDuplicates(ctx, tx); err != nil {
 		return err
 	}
@@ -469,7 +516,10 @@ func (p *groupPlan) write(ctx context.Context, tx *sql.Tx, now int64) error {
 		if len(e.Fanout) == 0 {
 			continue
 		}
-		key := fanoutKey(e.Fanout)
+		key := e.fanoutKey
+		if key == "" {
+			key = fanoutKey(e.Fanout)
+		}
 		id, ok := ids[key]
 		if !ok {
 			var err error

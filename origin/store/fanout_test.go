@@ -731,3 +731,52 @@ func TestMigrationTo10KeepsFanoutsAndNeverReusesTheirIDs(t *testing.T) {
 		t.Fatalf("the next fanout got id %d, not past the pruned %d", id, top)
 	}
 }
+
+// TestABatchOfSeveralTypesFansEachOutToItsSubscribers: a group works out the subscribers of each
+// event type once (typeMatch) and counts its plain events' deliveries when it writes. Each event
+// still gets the deliveries of its own type, a coalescing subscriber still gets rows, and the
+// counts, fanouts and the engine's wake-up match.
+func TestABatchOfSeveralTypesFansEachOutToItsSubscribers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "all"})
+	mustSub(t, s, SubscriberInput{ID: "video", Events: []string{"video.*"}})
+	mustSub(t, s, SubscriberInput{ID: "paused", Events: []string{"user.*"}})
+	mustSub(t, s, SubscriberInput{ID: "co", Events: []string{"video.rank"}, Coalesce: &wire.CoalesceRule{EventTypes: []string{"video.rank"}, Key: "video_id", WindowSeconds: 10}})
+	if _, err := s.PauseSubscriber(ctx, "paused", "test"); err != nil {
+		t.Fatal(err)
+	}
+	types := []string{"video.new", "user.new", "video.rank", "video.new", "other", "user.new", "video.rank"}
+	var batch []EmitInput
+	for i, typ := range types {
+		batch = append(batch, EmitInput{ID: fmt.Sprintf("e%d", i), Type: typ, Body: []byte(fmt.Sprintf(`{"video_id":"v%d"}`, i))})
+	}
+	res, err := s.EmitBatch(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"video.new": 2, "user.new": 2, "video.rank": 3, "other": 1}
+	for i, r := range res {
+		if r.Deliveries != want[types[i]] {
+			t.Fatalf("event %d (%s): %d deliveries, want %d", i, types[i], r.Deliveries, want[types[i]])
+		}
+	}
+	for sub, n := range map[string]int64{"all": 7, "video": 4, "paused": 2, "co": 2} {
+		if c := counts(t, s, sub); c[StatusPending] != n {
+			t.Fatalf("%s: %d pending, want %d", sub, c[StatusPending], n)
+		}
+	}
+	if n := countRows(t, s, `SELECT count(*) FROM deliveries WHERE subscriber_id = 'co'`); n != 2 {
+		t.Fatalf("the coalescing subscriber has %d rows, want one per video.rank event", n)
+	}
+	// Fanouts by their subscribers: all+video, all+paused, all+video (rank: co's are rows), all.
+	if n := countRows(t, s, `SELECT count(DISTINCT fanout) FROM events`); n != 3 {
+		t.Fatalf("%d distinct fanouts, want 3 (video.*, user.*, other)", n)
+	}
+	select {
+	case <-s.Wake():
+	default:
+		t.Fatal("the engine was not woken for the active subscribers' deliveries")
+	}
+}

@@ -308,7 +308,7 @@ type typeMatch struct {
 	subs     []*Subscriber // the subscribers whose filter matches the type, in the plan's order
 	plain    bool          // no coalesce rule among them applies to it: every event of the type has the same fanout
 	ordinals []int64       // if plain, that fanout, ascending (shared by the events: read only)
-	key      string        // fanoutKey(ordinals)
+	key      string        // if plain, fanoutKey(ordinals)
 	active   int           // of subs, those active
 	events   int64         // plain events of the type planned so far, counted into pending and fanned by write
 }
@@ -324,7 +324,6 @@ func (p *groupPlan) match(typ string) *typeMatch {
 			continue
 		}
 		m.subs = append(m.subs, sub)
-		m.ordinals = append(m.ordinals, sub.ordinal)
 		if sub.State == StateActive {
 			m.active++
 		}
@@ -332,8 +331,13 @@ func (p *groupPlan) match(typ string) *typeMatch {
 			m.plain = false
 		}
 	}
-	slices.Sort(m.ordinals)
-	m.key = fanoutKey(m.ordinals)
+	if m.plain {
+		for _, sub := range m.subs {
+			m.ordinals = append(m.ordinals, sub.ordinal)
+		}
+		slices.Sort(m.ordinals)
+		m.key = fanoutKey(m.ordinals)
+	}
 	p.byType[typ] = m
 	return m
 }

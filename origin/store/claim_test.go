@@ -674,8 +674,52 @@ func TestPruneWalksTheDeliveredRowsInKeyOrder(t *testing.T) {
 	if n := countRows(t, s, `SELECT count(*) FROM deliveries`); n != 1+2*3 {
 		t.Fatalf("%d rows left, want the late one and the new events' 6", n)
 	}
-	if p := queryPlan(t, s, prunableDeliveredSQL, 1, 0); !strings.Contains(p, "SEARCH deliveries USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)") {
+	if p := queryPlan(t, s, prunableDeliveredSQL, 1, 0, 1<<40); !strings.Contains(p, "SEARCH deliveries USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)") {
 		t.Errorf("plan of prune's delivered rows %q, want a walk of a range of the key", p)
+	}
+}
+
+// TestPruneWalksPastAnEventFromAClockAhead: two processes share a file, one with its clock two
+// hours ahead, and it emits an event between the other's. A day and an hour later every delivery
+// was delivered 25 hours ago, and a prune with a day's retention deletes the rows of the events
+// the right clock created. The walk of the delivered rows ended at the event created first from
+// the cutoff on, the one from the clock ahead, and so left out the rows of every event after it.
+func TestPruneWalksPastAnEventFromAClockAhead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "shared.db")
+	s, clk := open(t, Options{Path: path})
+	ahead, _ := open(t, Options{Path: path, Now: func() time.Time { return clk.Now().Add(2 * time.Hour) }})
+	mustSub(t, s, SubscriberInput{ID: "s"})
+	mustEmit(t, s, "x-0", "t", `{}`)
+	mustEmit(t, ahead, "ahead", "t", `{}`)
+	for _, id := range []string{"x-1", "x-2", "x-3"} {
+		mustEmit(t, s, id, "t", `{}`)
+	}
+	cs := claim(t, s, clk.Now(), 10).Deliveries
+	var items []Settlement
+	var gone []string // the deliveries of the events the right clock created
+	for _, c := range cs {
+		items = append(items, done(c, ResultDelivered))
+		if c.Event.ID != "ahead" {
+			gone = append(gone, c.DeliveryID)
+		}
+	}
+	settle(t, s, clk.Now(), items...)
+	if n := countRows(t, s, `SELECT count(*) FROM deliveries WHERE status = 'delivered' AND created_at = 0`); n != 5 {
+		t.Fatalf("%d compact delivered rows, want 5", n)
+	}
+	clk.Advance(25 * time.Hour)
+	if n, err := s.Prune(ctx, clk.Now().Add(-24*time.Hour)); err != nil || n != 5 {
+		t.Fatalf("prune: %d %v, want the 5 deliveries delivered 25 hours ago", n, err)
+	}
+	for _, id := range gone {
+		if _, err := s.GetDelivery(ctx, id); !errors.Is(err, ErrNotFound) {
+			t.Errorf("delivery %s, created and delivered 25 hours ago, kept by a prune with a day's retention: %v", id, err)
+		}
+	}
+	if _, err := s.GetEvent(ctx, "ahead"); err != nil {
+		t.Errorf("the event from the clock ahead, created less than a day ago by its clock: %v", err)
 	}
 }
 

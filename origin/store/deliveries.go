@@ -473,23 +473,29 @@ var notInLeasedRangeSQL = `NOT ` + inLeasedRangeSQL(`seq >> `+fmt.Sprint(ordinal
 var prunableSQL = `SELECT seq FROM deliveries WHERE status IN ('delivered', 'dead', 'superseded') AND ` + settledSQL + ` AND updated_at < ?1
 	AND ` + notInLeasedRangeSQL
 
-// prunableDeliveredSQL reads the next pruneChunk rows past seq ?2 of the events created before the
-// cutoff ?1, in the table's order, each with whether prune deletes it: a delivered delivery last
-// changed before the cutoff, but one of a lease's range. deliveries_status_settled leaves those
-// rows out (migration 0013), and their seqs hold their events: a delivery settles after its event
-// is created, so they are below the seqs of the events created from the cutoff on. (One whose
-// event's clock was ahead waits for a later prune.)
+// prunableDeliveredSQL reads the next pruneChunk rows past seq ?2 and below seq ?3, in the table's
+// order, each with whether prune deletes it: a delivered delivery last changed before the cutoff
+// ?1, but one of a lease's range. deliveries_status_settled leaves those rows out (migration
+// 0013), and their seqs hold their events: ?3 is the first seq past the events created before the
+// cutoff (deliveredWalkEndSQL), and a delivery settles after its event is created.
 var prunableDeliveredSQL = `SELECT seq, status = 'delivered' AND updated_at < ?1 AND ` + notInLeasedRangeSQL + `
-	FROM deliveries WHERE seq > ?2 AND seq < coalesce((SELECT seq FROM events INDEXED BY events_created WHERE created_at >= ?1
-		ORDER BY created_at, seq LIMIT 1), (SELECT max(seq) + 1 FROM events), 0) << ` + fmt.Sprint(ordinalBits) + `
-	ORDER BY seq LIMIT ` + strconv.Itoa(pruneChunk)
+	FROM deliveries WHERE seq > ?2 AND seq < ?3 ORDER BY seq LIMIT ` + strconv.Itoa(pruneChunk)
+
+// deliveredWalkEndSQL is where pruneDelivered's walk ends: past the rows of the newest event (by
+// seq) created before the cutoff ?1. Not at the event created first from the cutoff on: one
+// emitted by a process whose clock ran ahead would end the walk before the rows of every event
+// emitted after it, created before the cutoff though they were. Read once per prune, through
+// events_created: the events older than the cutoff are few, those retention is about to delete
+// or that a delivery still needs.
+var deliveredWalkEndSQL = `SELECT coalesce(max(seq) + 1, 0) << ` + fmt.Sprint(ordinalBits) + `
+	FROM events INDEXED BY events_created WHERE created_at < ?1`
 
 // pruneDelivered deletes the delivered deliveries among the next rows of prunableDeliveredSQL past
-// *after, moves *after to the last it read and returns how many it read and deleted. Like
-// pruneEvents, each transaction starts where the last stopped, so the rows that stay are read once
-// per prune.
-func (s *Store) pruneDelivered(ctx context.Context, tx *sql.Tx, cutoff int64, after *int64) (read, deleted int64, err error) {
-	rows, err := s.query(ctx, tx, prunableDeliveredSQL, cutoff, *after)
+// *after and below end, moves *after to the last it read and returns how many it read and
+// deleted. Like pruneEvents, each transaction starts where the last stopped, so the rows that stay
+// are read once per prune.
+func (s *Store) pruneDelivered(ctx context.Context, tx *sql.Tx, cutoff, end int64, after *int64) (read, deleted int64, err error) {
+	rows, err := s.query(ctx, tx, prunableDeliveredSQL, cutoff, *after, end)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -583,6 +589,10 @@ func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 	histErr := s.finishHistories(ctx)
 	after := [2]int64{-1, 0} // before every event
 	afterRow := int64(-1)    // before every row
+	var walkEnd int64
+	if err := s.r.QueryRowContext(ctx, deliveredWalkEndSQL, ms(cutoff)).Scan(&walkEnd); err != nil {
+		return 0, fmt.Errorf("prune: %w", errors.Join(histErr, err))
+	}
 	var deliveries int64
 	for _, step := range []struct {
 		run   func(*sql.Tx) (int64, error) // reads or deletes up to about pruneChunk rows, returns how many
@@ -596,7 +606,7 @@ func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 			return r.RowsAffected()
 		}, &deliveries},
 		{func(tx *sql.Tx) (int64, error) {
-			read, deleted, err := s.pruneDelivered(ctx, tx, ms(cutoff), &afterRow)
+			read, deleted, err := s.pruneDelivered(ctx, tx, ms(cutoff), walkEnd, &afterRow)
 			deliveries += deleted
 			return read, err
 		}, nil},

@@ -52,8 +52,8 @@ func (c *Config) Validate() error {
 	case c.DedupTTL < MinKVTTL:
 		return fmt.Errorf("%s: %s is below KV's minimum TTL of %s", EnvDedupTTL, c.DedupTTL, MinKVTTL)
 	case c.DedupTTL < c.Tolerance:
-		// A hop is accepted for Tolerance after its timestamp; once its dedup mark expired, a
-		// replay of an acknowledged delivery would be forwarded again.
+		// A hop stamped on time is accepted for Tolerance; once its dedup mark expired, a replay
+		// of an acknowledged delivery would be forwarded again (one stamped ahead: dedupTTL).
 		return fmt.Errorf("%s: %s is below %s (%s): a replayed delivery would be forwarded again after its mark expired",
 			EnvDedupTTL, c.DedupTTL, EnvTolerance, c.Tolerance)
 	case c.MaxBody < 1 || c.MaxBody > MaxMaxBody:

@@ -303,7 +303,7 @@ func (r *Relay) forward(ctx context.Context, a *Scratch, req *Request, hop *sign
 	// the delivery); at worst a retry delivers it again, which receivers dedupe by webhook-id.
 	forwarded := a.decimal(start.UnixMilli())
 	var failed []string
-	if err := r.deps.Dedup.Put(ctx, dedupKey, forwarded, r.cfg.DedupTTL); err != nil {
+	if err := r.deps.Dedup.Put(ctx, dedupKey, forwarded, r.dedupTTL(hop)); err != nil {
 		failed = append(failed, fmt.Sprintf("write %s: %v", dedupKey, err))
 	}
 	if coalesceKey != "" {
@@ -313,6 +313,16 @@ func (r *Relay) forward(ctx context.Context, a *Scratch, req *Request, hop *sign
 	}
 	resp.Detail = strings.Join(failed, "; ")
 	return resp
+}
+
+// dedupTTL is how long the mark of an acknowledged hop lives: DedupTTL, or longer for a hop from
+// an origin whose clock is ahead. A hop is accepted while its timestamp is within Tolerance of the
+// clock either way (whole seconds, signature.VerifyValidHop), so one stamped ahead of the clock stays
+// acceptable up to Tolerance past its stamp; a replay after its mark expired would be forwarded
+// again.
+func (r *Relay) dedupTTL(hop *signature.Hop) time.Duration {
+	accepted := hop.Timestamp + int64(r.cfg.Tolerance/time.Second) + 1 - r.deps.Clock.Now().Unix() // seconds still acceptable
+	return max(r.cfg.DedupTTL, time.Duration(accepted)*time.Second)
 }
 
 // Header keys (lower-case) of the edge's answer, written directly into a Header: Set would

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -179,6 +180,64 @@ func TestFailedMarkWriteKeepsTheSubscribersAnswer(t *testing.T) {
 	}
 	if _, _, found := f.dedup.Lookup(wire.CoalesceKey("sub_a", "k1")); !found {
 		t.Error("the coalesce mark was not written although only the dedup write failed")
+	}
+}
+
+// movableClock is a Clock a test moves.
+type movableClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *movableClock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *movableClock) Set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
+
+// TestAReplayOfAHopFromAheadIsAnsweredFromItsMark: a hop is accepted while its stamp is within
+// the tolerance either side of the clock. One from an origin whose clock is a minute ahead stays
+// acceptable two minutes after it was forwarded; its mark (DedupTTL a minute, as short as Config
+// allows) must last as long, or a replay of the captured request after a minute and a second
+// reaches the subscriber again. Once the stamp is out of tolerance the replay is refused.
+func TestAReplayOfAHopFromAheadIsAnsweredFromItsMark(t *testing.T) {
+	t.Parallel()
+	clock := &movableClock{t: now}
+	subs, dedup := memkv.New(clock), memkv.New(clock)
+	_ = subs.Put(context.Background(), wire.SubscriberKey("sub_a"), plainRecord, 0)
+	sec := secret(t)
+	forwards := 0
+	r, err := relay.New(relay.Config{Secrets: []signature.Secret{sec}, Tolerance: time.Minute, DedupTTL: time.Minute, MaxBody: 1024},
+		relay.Deps{Subscribers: subs, Dedup: dedup, Clock: clock, Upstream: upstreamFunc(func(req *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
+			forwards++
+			return ok200(req)
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"a":1}`)
+	h := relay.Header{}
+	signature.SetHopHeaders(&h, []signature.Secret{sec}, &signature.Hop{
+		DeliveryID: "del_replay", SubscriberID: "sub_a", EventType: "video.trending", Attempt: 1, Timestamp: now.Unix() + 60,
+	}, body)
+	captured := func() *relay.Request {
+		return &relay.Request{Method: "POST", Header: append(relay.Header(nil), h...), Body: body}
+	}
+	for _, tc := range []struct {
+		after   time.Duration
+		status  int
+		outcome wire.Outcome
+	}{
+		{0, 200, wire.OutcomeForwarded},
+		{61 * time.Second, 200, wire.OutcomeDuplicate},                     // the stamp is a second old
+		{120 * time.Second, 200, wire.OutcomeDuplicate},                    // the last second within tolerance
+		{121 * time.Second, 401, wire.Rejected(wire.ReasonStaleTimestamp)}, // out of tolerance
+	} {
+		clock.Set(now.Add(tc.after))
+		resp := r.Handle(context.Background(), captured())
+		if resp.Status != tc.status || resp.Header.Get(wire.HeaderOutcome) != string(tc.outcome) {
+			t.Errorf("after %s: %d %q (%s), want %d %s", tc.after, resp.Status, resp.Header.Get(wire.HeaderOutcome), resp.Detail, tc.status, tc.outcome)
+		}
+	}
+	if forwards != 1 {
+		t.Errorf("the subscriber got the delivery %d times, want once", forwards)
 	}
 }
 

@@ -223,7 +223,8 @@ func decodeStrict(data []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return err
 	}
-	if dec.More() {
+	// Not dec.More(): it reports nothing after the value when what follows starts with ] or }.
+	if SkipJSONSpace(data, int(dec.InputOffset())) != len(data) {
 		return errors.New("unexpected data after the JSON value")
 	}
 	return checkKeys(json.NewDecoder(bytes.NewReader(data)), reflect.TypeOf(v), "")

@@ -99,6 +99,8 @@ func TestDecodeSubscriberRecordErrors(t *testing.T) {
 		{"duplicate header", rec("headers", `{"X-A":"1","X-A":"2"}`), "", `duplicate key "headers.X-A"`},
 		{"trailing data", rec("url", `"https://h.example/x"`) + `{}`, "", "after the JSON value"},
 		{"trailing garbage", rec("url", `"https://h.example/x"`) + ` x`, "", "subscriber record"},
+		{"trailing brace", rec("url", `"https://h.example/x"`) + `}`, "", "after the JSON value"},
+		{"trailing bracket and a record", rec("url", `"https://h.example/x"`) + ` ] {"url":"https://evil.example/"}`, "", "after the JSON value"},
 		{"wrong type", rec("timeout_ms", `"1000"`), "", "timeout_ms"},
 		{"null header value", rec("headers", `{"X-A":null}`), "", "headers.X-A: null where a value of type string is required"},
 		{"null coalesce key", coalesce(`"event_types":["a"],"key":null,"window_seconds":1`), "", "coalesce.key: null"},
@@ -311,6 +313,8 @@ func TestBulk(t *testing.T) {
 		{`[{"key":"a","value":"x"},{"key":"b","value":null}]`, "[1].value is required"},
 		{`[{"key":"a","value":"x","expiration_ttl":null}]`, "[0].expiration_ttl: null where a value of type int64 is required"},
 		{`[] []`, "after the JSON value"},
+		{`[{"key":"a","value":"x"}]]`, "after the JSON value"},
+		{`[] }`, "after the JSON value"},
 	}
 	for _, tc := range bad {
 		_, err := wire.DecodeBulk([]byte(tc.in))

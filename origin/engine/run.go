@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,13 +60,14 @@ type run struct {
 	writer sync.Mutex
 	// flying counts this run's deliveries in flight by subscriber, with the subscriber's in-flight
 	// cap (guarded by writer), so that freed slots wake the loop for a claim only when they can
-	// help: a subscriber held at its cap got one back (capFreed), not any settle at all (freed).
+	// help: a subscriber the claims held back for its deliveries in flight is released
+	// (capFreed), not any settle at all (freed).
 	flying   map[string]*flight
 	capFreed chan struct{}
-	// active is how many subscribers are active, read at activeRead when the engine's
-	// subsChanged was activeGen (by the loop only): when this run holds every one of them at its
-	// cap, a new emit has nothing a claim could take.
-	active     int
+	// active is the set of active subscribers, read at activeRead when the engine's subsChanged
+	// was activeGen (by the loop only): when this run holds every one of them back, a new emit
+	// has nothing a claim could take.
+	active     map[string]bool
 	activeRead time.Time
 	activeGen  uint64
 	// A settle that frees slots claims in the same transaction (one turn on the writer, not two)
@@ -85,12 +87,17 @@ type run struct {
 // flight is one subscriber's deliveries in flight in a run, and its in-flight cap.
 type flight struct{ n, cap int }
 
+// held tells whether a claim takes none of the subscriber's deliveries for those it has in flight:
+// it is at its cap, or has less than half of it free (the store claims for a subscriber with
+// deliveries in flight in chunks of at least half its cap: claimCandidates).
+func (f *flight) held() bool { return f.n >= f.cap || f.cap-f.n < f.cap/2 }
+
 // claimTrigger is which settles the waiting loop would claim on.
 type claimTrigger int
 
 const (
 	claimOnNone     claimTrigger = iota // the loop waits for a wake-up or the poll, or is stopping
-	claimOnCapFreed                     // a settle of a subscriber this run held at its cap
+	claimOnCapFreed                     // a settle that releases a subscriber this run held back
 	claimOnAny                          // any settle
 )
 
@@ -99,7 +106,6 @@ type claimOutcome struct {
 	res   store.ClaimResult
 	err   error
 	limit int // what was asked
-	atCap int // subscribers this run held at their cap after it
 }
 
 func (e *Engine) newRun(untilIdle bool, grace <-chan time.Duration) *run {
@@ -172,21 +178,23 @@ func (r *run) loop(ctx context.Context, daemon bool) {
 		// have the NextToken timer, and caps held by other processes the poll.
 		var freed <-chan struct{}
 		on := claimOnNone
+		wake := r.e.st.Wake()
+		active := r.activeSubscribers(ctx)
+		r.writer.Lock()
+		held := r.held(active)
 		switch {
-		case err != nil || r.untilIdle || res.Waiting && last.atCap == 0:
+		case err != nil || r.untilIdle || res.Waiting && held == 0:
 			freed, on = r.freed, claimOnAny
 		case res.Waiting:
 			freed, on = r.capFreed, claimOnCapFreed
 		}
-		// While this run holds every active subscriber at its cap (a backlog), the deliveries of
-		// new emits wait for a settle to free a place: claiming on each emit's wake-up would be
-		// an empty transaction (most claims were, at 1,000 emits/s). That settle wakes the loop,
-		// and so does Engine.Wake, which may mean a new or resumed subscriber this run holds none of.
-		wake := r.e.st.Wake()
-		if last.atCap > 0 && last.atCap >= r.activeSubscribers(ctx) {
+		// While this run holds every active subscriber back (a backlog), the deliveries of new
+		// emits wait for a settle to release one: claiming on each emit's wake-up would be an
+		// empty transaction (most claims were, at 1,000 emits/s). That settle wakes the loop, and
+		// so does Engine.Wake, which may mean a new or resumed subscriber this run holds none of.
+		if held > 0 && active != nil && held >= len(active) {
 			wake, freed, on = nil, r.capFreed, claimOnCapFreed
 		}
-		r.writer.Lock()
 		r.claimOn = on
 		r.writer.Unlock()
 		poll.Reset(wait)
@@ -217,7 +225,7 @@ func (r *run) claim(ctx context.Context) claimOutcome {
 	drop(r.e.st.Wake())
 	out := claimOutcome{limit: min(cap(r.slots)-len(r.slots), r.e.cfg.BatchSize)}
 	out.res, out.err = r.e.st.Claim(ctx, r.claimParams(out.limit))
-	out.atCap = r.dispatch(out.res.Deliveries)
+	r.dispatch(out.res.Deliveries)
 	return out
 }
 
@@ -225,9 +233,8 @@ func (r *run) claimParams(limit int) store.ClaimParams {
 	return store.ClaimParams{Now: r.e.cfg.Now(), Limit: limit, LeaseDuration: r.e.cfg.LeaseDuration}
 }
 
-// dispatch takes a slot for each claimed delivery and sends it, and returns how many
-// subscribers this run then holds at their in-flight cap. The caller holds writer.
-func (r *run) dispatch(claimed []store.Claimed) (atCap int) {
+// dispatch takes a slot for each claimed delivery and sends it. The caller holds writer.
+func (r *run) dispatch(claimed []store.Claimed) {
 	for _, c := range claimed {
 		f := r.flying[c.Subscriber.ID]
 		if f == nil {
@@ -244,7 +251,6 @@ func (r *run) dispatch(claimed []store.Claimed) (atCap int) {
 		r.jobs <- c // never blocks: a job holds a slot, and there are as many places as slots
 	}
 	r.count(func(d *DrainResult) { d.Claimed += len(claimed) })
-	return r.atCap()
 }
 
 // takeSettleClaim returns the result of the claim a settle made.
@@ -323,8 +329,8 @@ func (r *run) completer() {
 		batch := r.take(append(buf[:0], first), gather.C)
 		r.writer.Lock()
 		batch = r.take(batch, nil)
-		wasAtCap := r.land(batch)
-		if r.claimCtx.Err() == nil && (r.claimOn == claimOnAny || r.claimOn == claimOnCapFreed && wasAtCap) {
+		released := r.land(batch)
+		if r.claimCtx.Err() == nil && (r.claimOn == claimOnAny || r.claimOn == claimOnCapFreed && released) {
 			if r.settleAndClaim(batch) {
 				r.writer.Unlock()
 				signal(r.settleClaimed)
@@ -338,7 +344,7 @@ func (r *run) completer() {
 			<-r.slots
 		}
 		signal(r.freed)
-		if wasAtCap {
+		if released {
 			signal(r.capFreed)
 		}
 	}
@@ -362,51 +368,56 @@ func (r *run) settleAndClaim(batch []store.Settlement) bool {
 	for range batch {
 		<-r.slots
 	}
-	out.atCap = r.dispatch(out.res.Deliveries)
+	r.dispatch(out.res.Deliveries)
 	r.settleClaim = out
 	return true
 }
 
-// land takes a settled batch off the subscribers' counts in flight and reports whether one of
-// them was at its cap. The caller holds writer.
-func (r *run) land(batch []store.Settlement) bool {
-	wasAtCap := false
+// land takes a settled batch off the subscribers' counts in flight and reports whether it
+// released one that was held back (flight.held). The caller holds writer.
+func (r *run) land(batch []store.Settlement) (released bool) {
+	var wasHeld []*flight
 	for _, it := range batch {
 		f := r.flying[it.SubscriberID]
-		wasAtCap = wasAtCap || f.n >= f.cap
+		if f.held() && !slices.Contains(wasHeld, f) {
+			wasHeld = append(wasHeld, f)
+		}
 		if f.n--; f.n == 0 {
 			delete(r.flying, it.SubscriberID)
 		}
 	}
-	return wasAtCap
+	for _, f := range wasHeld {
+		released = released || !f.held()
+	}
+	return released
 }
 
-// atCap counts the subscribers that have as many deliveries in flight in this run as their cap
-// allows. The caller holds writer.
-func (r *run) atCap() int {
+// held counts the subscribers of active (every one, if nil) that this run holds back
+// (flight.held). The caller holds writer.
+func (r *run) held(active map[string]bool) int {
 	n := 0
-	for _, f := range r.flying {
-		if f.n >= f.cap {
+	for id, f := range r.flying {
+		if f.held() && (active == nil || active[id]) {
 			n++
 		}
 	}
 	return n
 }
 
-// activeSubscribers returns how many subscribers are active, read again after a Wake (which
+// activeSubscribers returns the ids of the active subscribers, read again after a Wake (which
 // API changes call) or once a poll interval has passed (a change by another process is noticed
-// by then); -1 if they cannot be read.
-func (r *run) activeSubscribers(ctx context.Context) int {
+// by then); nil if they cannot be read.
+func (r *run) activeSubscribers(ctx context.Context) map[string]bool {
 	gen := r.e.subsChanged.Load()
 	if now := time.Now(); gen != r.activeGen || now.Sub(r.activeRead) >= r.e.cfg.PollInterval {
 		subs, err := r.e.st.ListSubscribers(ctx)
 		if err != nil {
-			return -1
+			return nil
 		}
-		r.active, r.activeRead, r.activeGen = 0, now, gen
+		r.active, r.activeRead, r.activeGen = map[string]bool{}, now, gen
 		for _, s := range subs {
 			if s.State == store.StateActive {
-				r.active++
+				r.active[s.ID] = true
 			}
 		}
 	}

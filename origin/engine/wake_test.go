@@ -60,7 +60,7 @@ func TestWakeRereadsActiveSubscribers(t *testing.T) {
 	ctx := context.Background()
 	count := func(want int, after string) {
 		t.Helper()
-		if n := r.activeSubscribers(ctx); n != want {
+		if n := len(r.activeSubscribers(ctx)); n != want {
 			t.Fatalf("after %s: %d active subscribers, want %d", after, n, want)
 		}
 	}

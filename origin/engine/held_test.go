@@ -1,0 +1,114 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/edgehook/edgehook/origin/store"
+)
+
+// stuckSink answers nothing until release is closed or the request is cut; arrived is signalled
+// (coalesced) when a request comes in.
+func stuckSink(t *testing.T, release chan struct{}) (s *sink, arrived chan struct{}) {
+	arrived = make(chan struct{}, 1)
+	return newSink(t, func(w http.ResponseWriter, r *recorded) {
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		select {
+		case <-release:
+		case <-r.req.Context().Done():
+		}
+	}), arrived
+}
+
+// TestASubscriberStuckAtItsCapDoesNotStallAnothersBacklog: one subscriber is stuck at its
+// in-flight cap; another has a backlog whose answers come back one by one. Its settles must keep
+// claiming its backlog; they must not wait for the poll (an hour here).
+func TestASubscriberStuckAtItsCapDoesNotStallAnothersBacklog(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{PollInterval: time.Hour})
+	release := make(chan struct{})
+	stuck, _ := stuckSink(t, release)
+	var n atomic.Int64
+	var mu sync.Mutex
+	got := map[string]bool{}
+	x := newSink(t, func(w http.ResponseWriter, r *recorded) {
+		k := n.Add(1)
+		time.Sleep(time.Duration(k%4+1) * 40 * time.Millisecond) // answers trickle back
+		mu.Lock()
+		got[r.header.Get("webhook-id")] = true
+		mu.Unlock()
+		w.WriteHeader(200)
+	})
+	e.sub(store.SubscriberInput{ID: "stuck", URL: stuck.URL, Events: []string{"y"}, MaxInFlight: 1, TimeoutMS: 30000})
+	e.sub(store.SubscriberInput{ID: "x", URL: x.URL, Events: []string{"x"}, MaxInFlight: 4})
+	e.emit("y0", "y", `{}`)
+	const total = 20
+	for i := range total {
+		e.emit(fmt.Sprintf("x%d", i), "x", `{}`)
+	}
+	if err := e.eng.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		close(release)
+		e.eng.Stop(context.Background())
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		mu.Lock()
+		k := len(got)
+		mu.Unlock()
+		if k == total {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t.Fatalf("after 5s only %d of %d deliveries reached subscriber x while subscriber stuck held its cap", len(got), total)
+}
+
+// TestAPausedStuckSubscriberDoesNotSilenceWakeUps: a stuck subscriber at its cap is
+// paused by the operator (the API calls Wake). New emits for another, idle, subscriber must still
+// wake the daemon at once.
+func TestAPausedStuckSubscriberDoesNotSilenceWakeUps(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{PollInterval: time.Hour})
+	release := make(chan struct{})
+	stuck, arrived := stuckSink(t, release)
+	fastDone := make(chan struct{}, 1)
+	fast := newSink(t, func(w http.ResponseWriter, _ *recorded) {
+		w.WriteHeader(200)
+		fastDone <- struct{}{}
+	})
+	e.sub(store.SubscriberInput{ID: "stuck", URL: stuck.URL, Events: []string{"y"}, MaxInFlight: 1, TimeoutMS: 30000})
+	e.sub(store.SubscriberInput{ID: "fast", URL: fast.URL, Events: []string{"f"}})
+	if err := e.eng.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		close(release)
+		e.eng.Stop(context.Background())
+	}()
+	e.emit("y0", "y", `{}`)
+	<-arrived
+	if _, err := e.st.PauseSubscriber(context.Background(), "stuck", "operator"); err != nil {
+		t.Fatal(err)
+	}
+	e.eng.Wake() // as the API does after a pause
+	time.Sleep(100 * time.Millisecond)
+	e.emit("f0", "f", `{}`)
+	select {
+	case <-fastDone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("an emit for an idle active subscriber was not sent within 5s: the paused, stuck subscriber counted as an active one held at its cap")
+	}
+}

@@ -112,3 +112,20 @@ func TestAPausedStuckSubscriberDoesNotSilenceWakeUps(t *testing.T) {
 		t.Fatal("an emit for an idle active subscriber was not sent within 5s: the paused, stuck subscriber counted as an active one held at its cap")
 	}
 }
+
+// TestAClaimWithNoFreeSlotAsksForNothing: the loop looks for a free slot without the writer, and a
+// settle's claim may fill it before the loop's claim gets its turn. That claim asks the store for
+// nothing (a limit of 0 is an error there, which the loop would log as a failed claim).
+func TestAClaimWithNoFreeSlotAsksForNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{Workers: 2})
+	e.sub(store.SubscriberInput{URL: "http://127.0.0.1:1/"})
+	e.emit("e1", "t", `{}`)
+	r := e.eng.newRun(false, nil)
+	defer r.cancelSends()
+	r.slots <- struct{}{}
+	r.slots <- struct{}{}
+	if out := r.claim(context.Background()); out.err != nil || out.limit != 0 || len(out.res.Deliveries) != 0 {
+		t.Fatalf("claim with every slot taken: %+v, want nothing asked and no error", out)
+	}
+}

@@ -148,7 +148,9 @@ func (r *run) loop(ctx context.Context, daemon bool) {
 				}
 				continue
 			}
-			last = r.claim(ctx)
+			if last = r.claim(ctx); last.limit == 0 {
+				continue // a settle's claim took the free slots meanwhile: wait for one
+			}
 			if last.err != nil {
 				if ctx.Err() != nil {
 					break
@@ -224,6 +226,9 @@ func (r *run) claim(ctx context.Context) claimOutcome {
 	}
 	drop(r.e.st.Wake())
 	out := claimOutcome{limit: min(cap(r.slots)-len(r.slots), r.e.cfg.BatchSize)}
+	if out.limit == 0 { // the loop saw a free slot, and a settle's claim filled it first
+		return out
+	}
 	out.res, out.err = r.e.st.Claim(ctx, r.claimParams(out.limit))
 	r.dispatch(out.res.Deliveries)
 	return out

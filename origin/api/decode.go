@@ -75,7 +75,8 @@ func strictUnmarshal(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		if _, ok := unknownField(err); ok {
+		var typ *json.UnmarshalTypeError
+		if _, ok := unknownField(err); ok || errors.As(err, &typ) {
 			if err := checkKeys(body, v); err != nil { // names it with its path
 				return err
 			}
@@ -91,6 +92,14 @@ func strictUnmarshal(body []byte, v any) error {
 // bodySubject names the whole decoded value in an error, where no field is at fault.
 const bodySubject = "the request body"
 
+// subjectOf names the value at path (a field's path, "" for the whole body) in an error.
+func subjectOf(path string) string {
+	if path == "" {
+		return bodySubject
+	}
+	return path
+}
+
 // jsonError turns a decoding error into a 400 that names the field where possible.
 func jsonError(err error) *Error {
 	var syn *json.SyntaxError
@@ -102,11 +111,7 @@ func jsonError(err error) *Error {
 	case errors.As(err, &syn):
 		return errorf(http.StatusBadRequest, CodeBadRequest, "", "malformed JSON at byte %d: %v", syn.Offset, err)
 	case errors.As(err, &typ):
-		subject := typ.Field
-		if subject == "" {
-			subject = bodySubject
-		}
-		return errorf(http.StatusBadRequest, CodeBadRequest, typ.Field, "%s must be %s, not JSON %s", subject, describeType(typ.Type), typ.Value)
+		return errorf(http.StatusBadRequest, CodeBadRequest, typ.Field, "%s must be %s, not JSON %s", subjectOf(typ.Field), describeType(typ.Type), typ.Value)
 	case errors.Is(err, io.EOF):
 		return errorf(http.StatusBadRequest, CodeBadRequest, "", "request body is empty")
 	case errors.Is(err, io.ErrUnexpectedEOF):

@@ -17,7 +17,7 @@ import (
 // "headers.X-Team"), which also names unknown fields inside nested objects.
 func checkKeys(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
-	return keyWalker{dec}.value(reflect.TypeOf(v), "")
+	return keyWalker{dec}.value(reflect.TypeOf(v).Elem(), "") // v points to where the body decodes
 }
 
 type keyWalker struct{ dec *json.Decoder }
@@ -26,12 +26,20 @@ var rawMessageType = reflect.TypeFor[json.RawMessage]()
 
 // value checks the next value of the decoder, which decodes into t, at path.
 func (w keyWalker) value(t reflect.Type, path string) error {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
 	tok, err := w.dec.Token()
 	if err != nil {
 		return err
+	}
+	if tok == nil {
+		return nullAt(t, path)
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	// The decoder names a value of the wrong type without its place in arrays and maps
+	// ("events.type"): strictUnmarshal asks the walk, which knows it ("events[2].type").
+	if kind := jsonKind(tok); !takes(t, kind) {
+		return errorf(http.StatusBadRequest, CodeBadRequest, path, "%s must be %s, not JSON %s", subjectOf(path), describeType(t), kind)
 	}
 	d, ok := tok.(json.Delim)
 	switch {
@@ -49,6 +57,53 @@ func (w keyWalker) value(t reflect.Type, path string) error {
 		return err
 	}
 	return w.skip() // kept as raw bytes, or a shape the decoder has refused already
+}
+
+// jsonKind names the kind of JSON value tok (not null) starts, as encoding/json's errors do.
+func jsonKind(tok json.Token) string {
+	switch tok {
+	case json.Delim('{'):
+		return "object"
+	case json.Delim('['):
+		return "array"
+	}
+	switch tok.(type) {
+	case string:
+		return "string"
+	case bool:
+		return "bool"
+	}
+	return "number"
+}
+
+// takes tells whether a value of type t decodes from a JSON value of kind.
+func takes(t reflect.Type, kind string) bool {
+	switch t.Kind() {
+	case reflect.Interface:
+		return true
+	case reflect.String:
+		return kind == "string"
+	case reflect.Bool:
+		return kind == "bool"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return kind == "number"
+	case reflect.Struct, reflect.Map:
+		return kind == "object"
+	}
+	return t == rawMessageType || kind == "array" // a slice
+}
+
+// nullAt refuses a JSON null at path, of type t, where encoding/json takes it without a word, as
+// a value of a type that cannot be nil: it is left as it was, so {"X-A": null} would be a header
+// with an empty value, and a body of null a PATCH of nothing. A null pointer, map or slice
+// decodes as nil, which the request types read as absent (or refuse, or take as a removal).
+func nullAt(t reflect.Type, path string) error {
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Interface:
+		return nil
+	}
+	return errorf(http.StatusBadRequest, CodeBadRequest, path, "%s must be %s, not null", subjectOf(path), describeType(t))
 }
 
 // object checks the members of an object (its '{' read) that decodes into t, a struct or a map.

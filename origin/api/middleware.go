@@ -163,15 +163,20 @@ var queryParams = map[string][]string{
 	"/v1/deliveries": {"status", "subscriber", "event", "from", "to", "cursor", "limit"},
 }
 
-// checkQuery refuses a query parameter the route does not read, and one given twice, which
-// would otherwise be ignored without a word: GET /v1/subscribers?state=paused answered every
-// subscriber, and ?limit=1&limit=5000 used the first.
+// checkQuery refuses a query that does not parse, a parameter the route does not read, and one
+// given twice, which would otherwise be ignored without a word: GET /v1/subscribers?state=paused
+// answered every subscriber, ?limit=1&limit=5000 used the first, and ?subscriber=a%zz (a bad
+// escape, which url.Query drops) listed every subscriber's deliveries.
 func checkQuery(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if c.Request().URL.RawQuery == "" {
 			return next(c)
 		}
-		for name, values := range c.QueryParams() {
+		params, err := url.ParseQuery(c.Request().URL.RawQuery)
+		if err != nil {
+			return errorf(http.StatusBadRequest, CodeBadRequest, "", "the query does not parse: %v", err)
+		}
+		for name, values := range params {
 			if name != "pretty" && !slices.Contains(queryParams[c.Path()], name) {
 				return errorf(http.StatusBadRequest, CodeBadRequest, name, "unknown query parameter %q", name)
 			}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/edgehook/edgehook/shared/signature"
@@ -56,6 +57,14 @@ func (in *SubscriberInput) validate(creating bool) error {
 	case ProfileLegacy:
 		if err := signature.ValidateLegacyPrefix(in.LegacyPrefix); err != nil {
 			return fieldErr("legacy_prefix", err)
+		}
+		// Reserved like webhook-* (wire.ValidateHeader): the edge sets a record's headers after
+		// the ones it forwards, so one of these would replace the origin's signature.
+		ts, sig := signature.LegacyHeaders(in.LegacyPrefix)
+		for name := range in.Headers {
+			if strings.EqualFold(name, ts) || strings.EqualFold(name, sig) {
+				return fieldErrf("headers."+name, "header name %q is reserved: the legacy profile signs with it", name)
+			}
 		}
 	default:
 		return fieldErrf("profile", "%q must be standard or legacy", in.Profile)

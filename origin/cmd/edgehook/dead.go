@@ -9,7 +9,7 @@ import (
 )
 
 func init() {
-	group := &cobra.Command{Use: "dead", Short: "Dead letters: deliveries that gave up (directly on the database file)", Args: noArgs}
+	group := &cobra.Command{Use: "dead", Short: "Dead letters: deliveries that gave up (directly on the database file)", Args: cobra.ArbitraryArgs, RunE: runGroup}
 
 	lf := listFlags{status: string(store.StatusDead)}
 	listCmd := &cobra.Command{

@@ -108,7 +108,7 @@ func printDeliveries(w io.Writer, p api.DeliveryPage) error {
 }
 
 func init() {
-	group := &cobra.Command{Use: "deliveries", Aliases: []string{"delivery"}, Short: "Inspect and retry deliveries (directly on the database file)", Args: noArgs}
+	group := &cobra.Command{Use: "deliveries", Aliases: []string{"delivery"}, Short: "Inspect and retry deliveries (directly on the database file)", Args: cobra.ArbitraryArgs, RunE: runGroup}
 
 	var lf listFlags
 	listCmd := &cobra.Command{

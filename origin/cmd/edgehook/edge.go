@@ -12,7 +12,7 @@ import (
 )
 
 // edgeCmd groups the edge commands. Other files (the local edge harness) add theirs to it.
-var edgeCmd = &cobra.Command{Use: "edge", Short: "The edge relay: export its KV records, run it locally", Args: noArgs}
+var edgeCmd = &cobra.Command{Use: "edge", Short: "The edge relay: export its KV records, run it locally", Args: cobra.ArbitraryArgs, RunE: runGroup}
 
 func init() {
 	var out string

@@ -9,7 +9,7 @@ import (
 )
 
 func init() {
-	group := &cobra.Command{Use: "events", Aliases: []string{"event"}, Short: "Inspect emitted events (directly on the database file)", Args: noArgs}
+	group := &cobra.Command{Use: "events", Aliases: []string{"event"}, Short: "Inspect emitted events (directly on the database file)", Args: cobra.ArbitraryArgs, RunE: runGroup}
 
 	var dataOnly bool
 	showCmd := &cobra.Command{

@@ -190,6 +190,16 @@ func newLogger(w io.Writer) (*slog.Logger, error) {
 }
 
 // noArgs rejects positional arguments with a usage error.
+// runGroup runs a command group given without one of its commands: its help, or a usage error
+// naming the word that is not one of them. Without it cobra printed the help and exited 0 for
+// `edgehook subscribers lst`, which a script or cron job takes for success.
+func runGroup(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usagef("unknown command %q for %q", args[0], cmd.CommandPath())
+	}
+	return cmd.Help()
+}
+
 func noArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
 		return usagef("%s takes no arguments, got %q", cmd.CommandPath(), args[0])

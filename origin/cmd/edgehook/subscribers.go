@@ -27,18 +27,25 @@ type subscriberFlags struct {
 }
 
 func (f *subscriberFlags) register(fs *pflag.FlagSet, creating bool) {
+	// The defaults a creation takes; an update keeps what a flag left out leaves.
+	def := func(format string, args ...any) string {
+		if !creating {
+			return ""
+		}
+		return fmt.Sprintf(format, args...)
+	}
 	if creating {
 		fs.StringVar(&f.id, "id", "", "subscriber id (default: generated)")
 	}
 	fs.StringVar(&f.url, "url", "", "endpoint URL (http or https)")
 	fs.StringSliceVar(&f.events, "events", nil, `event patterns: "*", an exact type or "prefix.*" (comma-separated or repeated)`)
-	fs.StringVar(&f.profile, "profile", "", "signature profile: standard (default) or legacy")
+	fs.StringVar(&f.profile, "profile", "", "signature profile: standard"+def(" (default)")+" or legacy")
 	fs.StringVar(&f.legacyPrefix, "legacy-prefix", "", "legacy profile header prefix, e.g. VVV for X-VVV-Signature")
-	fs.StringVar(&f.mode, "mode", "", "route: direct (default) or edge")
-	fs.Float64Var(&f.rate, "rate", 0, fmt.Sprintf("deliveries per second (default %g)", store.DefaultRatePerSec))
-	fs.IntVar(&f.burst, "burst", 0, fmt.Sprintf("token bucket size (default %d)", store.DefaultBurst))
-	fs.IntVar(&f.maxInFlight, "max-in-flight", 0, fmt.Sprintf("concurrent deliveries at most (default %d)", store.DefaultMaxInFlight))
-	fs.DurationVar(&f.timeout, "timeout", 0, fmt.Sprintf("per-request timeout (default %s)", wire.DefaultTimeout))
+	fs.StringVar(&f.mode, "mode", "", "route: direct"+def(" (default)")+" or edge")
+	fs.Float64Var(&f.rate, "rate", 0, "deliveries per second"+def(" (default %g)", store.DefaultRatePerSec))
+	fs.IntVar(&f.burst, "burst", 0, "token bucket size"+def(" (default %d)", store.DefaultBurst))
+	fs.IntVar(&f.maxInFlight, "max-in-flight", 0, "concurrent deliveries at most"+def(" (default %d)", store.DefaultMaxInFlight))
+	fs.DurationVar(&f.timeout, "timeout", 0, "per-request timeout"+def(" (default %s)", wire.DefaultTimeout))
 	headerUsage := `extra request header "Name: value" (repeatable)`
 	if !creating {
 		headerUsage = `extra request headers "Name: value" (repeatable); they replace all the subscriber's extra headers`
@@ -193,7 +200,7 @@ func (f *subscriberFlags) patch(fs *pflag.FlagSet) (store.SubscriberPatch, error
 }
 
 func init() {
-	group := &cobra.Command{Use: "subscribers", Aliases: []string{"subscriber", "subs"}, Short: "Manage subscribers (directly on the database file)", Args: noArgs}
+	group := &cobra.Command{Use: "subscribers", Aliases: []string{"subscriber", "subs"}, Short: "Manage subscribers (directly on the database file)", Args: cobra.ArbitraryArgs, RunE: runGroup}
 
 	var add subscriberFlags
 	addCmd := &cobra.Command{

@@ -58,14 +58,19 @@ type candidate struct {
 	byTokens  bool // the budget is the bucket's, not the in-flight cap's
 }
 
+// maxTokenWait bounds ClaimResult.NextToken: the engine claims again at its poll interval anyway.
+const maxTokenWait = time.Hour
+
 // held notes that c has due work it could not take, and when its bucket has the next token.
 func (c *candidate) held(res *ClaimResult) {
 	res.Waiting = true
 	if !c.byTokens || c.rate <= 0 {
 		return
 	}
-	wait := time.Duration((1 - (c.tokens - float64(c.taken))) / c.rate * float64(time.Second))
-	wait = max(wait, time.Millisecond)
+	// In float seconds, bounded before the conversion: a bucket slow enough (a rate of 1e-10/s)
+	// overflowed a Duration into a negative one, which the floor made a millisecond.
+	secs := min((1-(c.tokens-float64(c.taken)))/c.rate, maxTokenWait.Seconds())
+	wait := max(time.Duration(secs*float64(time.Second)), time.Millisecond)
 	if res.NextToken == 0 || wait < res.NextToken {
 		res.NextToken = wait
 	}
@@ -390,7 +395,10 @@ func (s *Store) claimCandidates(ctx context.Context, tx *sql.Tx, now int64, move
 			c.budget = 0
 		}
 		if circuit != "closed" {
-			c.probe = true
+			// The circuit limits it now, not the bucket, unless that is empty: NextToken would
+			// be a token already there (the floor of a negative wait: 1 ms), and the engine would
+			// claim every millisecond while the previous probe is out.
+			c.probe, c.byTokens = true, c.byTokens && c.tokens < 1
 			c.budget = min(c.budget, 1)
 			if leased > 0 { // the previous probe is still out
 				c.budget = 0

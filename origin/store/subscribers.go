@@ -360,8 +360,11 @@ func (s *Store) UpdateSubscriber(ctx context.Context, id string, patch Subscribe
 			headers, coalesce, ms(s.Now()), id); err != nil {
 			return err
 		}
-		// A smaller burst clamps the stored bucket at once.
-		if _, err := tx.ExecContext(ctx, `UPDATE limiter SET tokens = min(tokens, ?) WHERE subscriber_id = ?`, in.Burst, id); err != nil {
+		// The bucket is first brought up to now at the old rate and burst (as spendTokens would),
+		// so that the new rate applies from now on, not to the time since the last claim; a
+		// smaller burst then clamps it at once.
+		if _, err := tx.ExecContext(ctx, `UPDATE limiter SET tokens = min(?1, ?2, tokens + ?3 * max(0, ?4 - refilled_at) / 1000.0),
+				refilled_at = max(refilled_at, ?4) WHERE subscriber_id = ?5`, in.Burst, cur.Burst, cur.RatePerSec, ms(s.Now()), id); err != nil {
 			return err
 		}
 		return bumpSubscribersVersion(ctx, tx)

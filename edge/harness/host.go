@@ -272,23 +272,22 @@ func (h *Host) Close(ctx context.Context) error {
 	return errors.Join(err, h.cache.Close(ctx))
 }
 
-// Handle runs one request through a pooled instance, waiting for a free one. The call ends at
-// ctx's end or after the call timeout, whichever comes first; the instance is then replaced, and
-// the request gets 500 with no outcome header, as from a Worker the platform stopped. An instance
+// Handle runs one request through a pooled instance, waiting for a free one for up to the call
+// timeout. The call ends at ctx's end or after the call timeout from when it starts, whichever
+// comes first: the wait is not taken out of the subscriber's time, or a request queued behind
+// others would cut a healthy subscriber's answer short. The instance is then replaced, and the
+// request gets 500 with no outcome header, as from a Worker the platform stopped. An instance
 // that fails otherwise (a trap) is replaced too, and the request gets 500 rejected:edge_crashed,
 // as the Worker's loader answers when its Go instance dies.
 func (h *Host) Handle(ctx context.Context, req *relay.Request) *relay.Response {
-	deadline := time.Now().Add(h.timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
 	select {
 	case <-h.free:
-	default: // every instance is busy: wait, within the call's time
-		if err := h.waitFree(ctx, deadline); err != nil {
+	default: // every instance is busy: wait
+		if err := h.waitFree(ctx, h.callDeadline(ctx)); err != nil {
 			return edgeError("no relay instance became free: %v", err)
 		}
 	}
+	deadline := h.callDeadline(ctx)
 	h.mu.Lock()
 	in := h.idle[len(h.idle)-1]
 	h.idle = h.idle[:len(h.idle)-1]
@@ -306,6 +305,16 @@ func (h *Host) Handle(ctx context.Context, req *relay.Request) *relay.Response {
 		return relay.Reject(500, wire.ReasonEdgeCrashed, "the relay module failed: %v", err)
 	}
 	return resp
+}
+
+// callDeadline is when a call starting now ends: after the call timeout, or at ctx's end if that
+// is sooner.
+func (h *Host) callDeadline(ctx context.Context) time.Time {
+	deadline := time.Now().Add(h.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	return deadline
 }
 
 // waitTimers holds stopped timers for waitFree: under load most requests wait for an instance,

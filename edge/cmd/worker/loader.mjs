@@ -35,26 +35,29 @@ function parseHeaders(text) {
   return h;
 }
 
-// Reads at most max bytes of a response body: in one go when the declared length fits, else from
-// the stream (readAtMost).
+// Reads at most max bytes of a response body (null: none).
 async function excerpt(res, max) {
-  if (res.body === null) return null;
-  const declared = Number(res.headers.get("content-length") ?? NaN);
-  if (declared <= max) return new Uint8Array(await res.arrayBuffer());
-  return readAtMost(res.body, max);
+  return res.body === null ? null : readAtMost(res.body, max);
 }
 
-// Reads a stream until it ends or max bytes have arrived, then cancels the rest; returns at most max
-// bytes.
+// Reads a stream until it ends, breaks off (the connection, or the timeout's abort) or max bytes
+// have arrived, then cancels the rest; returns at most max bytes, those that arrived. Not
+// res.arrayBuffer(), even for a short declared length: it rejects whole when the body breaks off,
+// and the subscriber's error text was lost (the harness relays what arrived).
 async function readAtMost(stream, max) {
   const reader = stream.getReader();
   const chunks = [];
   let n = 0;
   while (n < max) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    chunks.push(value);
-    n += value.byteLength;
+    let r;
+    try {
+      r = await reader.read();
+    } catch {
+      break;
+    }
+    if (r.done) break;
+    chunks.push(r.value);
+    n += r.value.byteLength;
   }
   if (n >= max) reader.cancel().catch(() => {}); // the rest is not wanted
   if (chunks.length === 1 && n <= max) return chunks[0];
@@ -239,8 +242,8 @@ async function post(url, headers, body, timeoutMs, maxBytes) {
     // redirect: manual — the destination comes only from the subscriber's record.
     const res = await fetch(url, { method: "POST", headers: parseHeaders(headers), body, redirect: "manual", signal: abort.signal });
     // The subscriber has answered once its status is here: a body that then breaks off or stalls
-    // past the timeout (the abort) costs the excerpt only, not the answer (a 2xx must still get its
-    // dedup mark), as in the harness.
+    // past the timeout (the abort) costs the rest of the excerpt only, not the answer (a 2xx must
+    // still get its dedup mark), as in the harness.
     const out = await excerpt(res, maxBytes).catch(() => null);
     return [String(res.status), headerText(res.headers), out];
   } catch (e) {

@@ -88,8 +88,15 @@ func UnknownEnv(environ []string, known func(key string) bool) []string {
 // FileKey returns the config file key of a setting: "body-limit" → "body_limit".
 func FileKey(flag string) string { return strings.ReplaceAll(flag, "-", "_") }
 
-// File is a parsed config file: setting keys (FileKey form) to values in flag syntax.
-type File map[string]string
+// File is a parsed config file: setting keys (FileKey form) to values.
+type File map[string]Value
+
+// Value is one setting of a config file in flag syntax, and whether the file gave it as an array
+// (joined with commas, as a list flag reads them), which only a list setting takes.
+type Value struct {
+	Text string
+	List bool
+}
 
 // ParseFile strictly parses a config file: one JSON object whose keys are known settings (known
 // reports that) and whose values are strings, numbers, booleans or arrays of strings (joined with
@@ -181,32 +188,32 @@ func sortedKeys(m map[string]json.RawMessage) []string {
 }
 
 // fileValue renders one JSON value in flag syntax.
-func fileValue(raw json.RawMessage) (string, error) {
+func fileValue(raw json.RawMessage) (Value, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return "", err
+		return Value{}, err
 	}
 	switch v := v.(type) {
 	case string:
-		return v, nil
+		return Value{Text: v}, nil
 	case json.Number:
-		return v.String(), nil
+		return Value{Text: v.String()}, nil
 	case bool:
-		return strconv.FormatBool(v), nil
+		return Value{Text: strconv.FormatBool(v)}, nil
 	case []any:
 		parts := make([]string, len(v))
 		for i, e := range v {
 			s, ok := e.(string)
 			if !ok || strings.Contains(s, ",") {
-				return "", fmt.Errorf("[%d] must be a string without commas", i)
+				return Value{}, fmt.Errorf("[%d] must be a string without commas", i)
 			}
 			parts[i] = s
 		}
-		return strings.Join(parts, ","), nil
+		return Value{Text: strings.Join(parts, ","), List: true}, nil
 	}
-	return "", errors.New("must be a string, a number, a boolean or an array of strings")
+	return Value{}, errors.New("must be a string, a number, a boolean or an array of strings")
 }
 
 // ReadFile reads and parses the config file at path (see ParseFile). Errors name the file.
@@ -238,8 +245,10 @@ func Apply(fs *pflag.FlagSet, lookup func(string) (string, bool), file File, fil
 			return
 		}
 		if v, ok := file[FileKey(f.Name)]; ok {
-			if e := f.Value.Set(v); e != nil {
-				err = fmt.Errorf("config file %s: invalid value %s for %q (--%s): %v", fileName, shown(f, v), FileKey(f.Name), f.Name, e)
+			if _, list := f.Value.(pflag.SliceValue); v.List && !list {
+				err = fmt.Errorf("config file %s: %q (--%s) takes one value, not an array", fileName, FileKey(f.Name), f.Name)
+			} else if e := f.Value.Set(v.Text); e != nil {
+				err = fmt.Errorf("config file %s: invalid value %s for %q (--%s): %v", fileName, shown(f, v.Text), FileKey(f.Name), f.Name, e)
 			}
 		}
 	})

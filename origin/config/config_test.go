@@ -91,7 +91,8 @@ func TestBadValuesNameTheSource(t *testing.T) {
 		want string
 	}{
 		{map[string]string{"EDGEHOOK_EVERY": "soon"}, nil, "EDGEHOOK_EVERY (--every)"},
-		{nil, File{"body_limit": "lots"}, `"body_limit" (--body-limit)`},
+		{nil, File{"body_limit": {Text: "lots"}}, `"body_limit" (--body-limit)`},
+		{nil, File{"listen": {Text: "a,b", List: true}}, `"listen" (--listen) takes one value, not an array`},
 	}
 	for _, c := range cases {
 		var s settings
@@ -136,7 +137,7 @@ func TestReadFileNamesThePath(t *testing.T) {
 		t.Fatal(err)
 	}
 	f, err := ReadFile(path, known)
-	if err != nil || f["every"] != "3" {
+	if err != nil || f["every"].Text != "3" {
 		t.Fatalf("ReadFile = %v, %v", f, err)
 	}
 	var s settings
@@ -189,7 +190,7 @@ func TestSecretValuesNotShown(t *testing.T) {
 		file File
 	}{
 		{map[string]string{"EDGEHOOK_TOKEN": `s3cr"et`}, nil},
-		{nil, File{"token": `s3cr"et`}},
+		{nil, File{"token": {Text: `s3cr"et`}}},
 	} {
 		var s settings
 		fs := newFlags(&s)

@@ -167,6 +167,9 @@ func TestBadInput(t *testing.T) {
 	if err := os.WriteFile(badConfig, []byte(`{"listen":"127.0.0.1:1","colour":"red"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(badConfig+".array", []byte(`{"db":["a.db","b.db"]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(badConfig+".notjson", []byte(`{"a":`), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -202,6 +205,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"EDGEHOOK_BUSY_TIMEOUT=soon"}, []string{"migrate"}, 2, "EDGEHOOK_BUSY_TIMEOUT"},
 		{nil, []string{"--busy-timeout", "500us", "migrate"}, 2, "--busy-timeout"},
 		{[]string{"EDGEHOOK_CONFIG=" + badConfig}, []string{"migrate"}, 2, `"colour": unknown setting`},
+		{[]string{"EDGEHOOK_CONFIG=" + badConfig + ".array"}, []string{"migrate"}, 2, `"db" (--db) takes one value, not an array`},
 		{nil, []string{"--config", "missing.json", "migrate"}, 2, "config file"},
 		{nil, []string{"emit", "--type", "a.b"}, 2, "--data"},
 		{nil, []string{"emit", "--type", "a.b", "--data", "1", "--data-file", "x"}, 2, "--data"},

@@ -52,19 +52,23 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, error) {
 	return d.Round(time.Second), nil
 }
 
-// httpDateFormats are the three HTTP-date forms of RFC 9110 §5.6.7 (the same as net/http.ParseTime,
-// written out so this package does not pull net/http into the WASM builds).
+// httpDateFormats are the three HTTP-date forms of RFC 9110 §5.6.7, written out so this package
+// does not pull net/http into the WASM builds. Unlike time.RFC850, the obsolete form's zone is
+// the literal GMT: a zone name there was looked up in the machine's own zone ("EST" read 5 h
+// late on a machine in New York, an unknown one as GMT).
 var httpDateFormats = []string{
 	"Mon, 02 Jan 2006 15:04:05 GMT",
-	time.RFC850,
+	"Monday, 02-Jan-06 15:04:05 GMT",
 	time.ANSIC,
 }
 
-func parseHTTPDate(v string) (t time.Time, err error) {
+// parseHTTPDate reads v in one of httpDateFormats. time.Parse is looser than the forms (any case,
+// a fraction of a second, a one-digit hour, any weekday): the date must also read back as written.
+func parseHTTPDate(v string) (time.Time, error) {
 	for _, layout := range httpDateFormats {
-		if t, err = time.Parse(layout, v); err == nil {
+		if t, err := time.Parse(layout, v); err == nil && t.Format(layout) == v {
 			return t, nil
 		}
 	}
-	return t, err
+	return time.Time{}, errors.New("not an HTTP-date")
 }

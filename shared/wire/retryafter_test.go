@@ -55,6 +55,13 @@ func TestParseRetryAfter(t *testing.T) {
 		{in: "06 Nov 1994 08:51:07 GMT", wantErr: "neither"},
 		{in: "Sun, 06 Nov 1994 25:51:07 GMT", wantErr: "neither"},
 		{in: "2024-11-22T10:00:00Z", wantErr: "neither"},
+		// An HTTP-date is GMT, in exactly one of its three forms: time.Parse alone took these.
+		{in: "Sunday, 06-Nov-94 08:51:07 EST", wantErr: "neither"},
+		{in: "Sunday, 06-Nov-94 08:51:07 XYZ", wantErr: "neither"},
+		{in: "Sun, 06 Nov 1994 08:51:07.999 GMT", wantErr: "neither"},
+		{in: "sun, 06 nov 1994 08:51:07 GMT", wantErr: "neither"},
+		{in: "Sun, 06 Nov 1994 8:51:07 GMT", wantErr: "neither"},
+		{in: "Mon, 06 Nov 1994 08:51:07 GMT", wantErr: "neither"}, // 6 Nov 1994 was a Sunday
 	}
 	for _, tc := range tests {
 		got, err := wire.ParseRetryAfter(tc.in, now.Add(tc.nowOffset))

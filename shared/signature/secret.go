@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode"
 )
 
 // SecretPrefix starts every secret's text form.
@@ -61,7 +62,7 @@ func ParseSecret(s string) (Secret, error) {
 // ParseSecrets parses a list separated by commas and/or white space (as in the EDGE_SECRET
 // variable during a rotation). At least one secret is required.
 func ParseSecrets(s string) ([]Secret, error) {
-	fields := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' || r == '\r' })
+	fields := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
 	if len(fields) == 0 {
 		return nil, fmt.Errorf("%w: no secret given", ErrSecretFormat)
 	}

@@ -104,7 +104,7 @@ func TestNewSecret(t *testing.T) {
 func TestParseSecrets(t *testing.T) {
 	t.Parallel()
 	a, b := secretText(32, 1), secretText(24, 2)
-	for _, in := range []string{a + "," + b, a + " " + b, " " + a + " ,\n\t" + b + ",", a + "\r\n" + b} {
+	for _, in := range []string{a + "," + b, a + " " + b, " " + a + " ,\n\t" + b + ",", a + "\r\n" + b, a + "\v" + b, a + "\f" + b} {
 		got, err := signature.ParseSecrets(in)
 		if err != nil {
 			t.Fatalf("ParseSecrets(%q): %v", in, err)

@@ -59,10 +59,11 @@ func Verify(secrets []Secret, id, timestamp, sigHeader string, body []byte, now 
 	})
 }
 
-// checkTimestamp parses unix seconds and checks |now - ts| <= tolerance.
+// checkTimestamp parses unix seconds in plain decimal (digits only: ParseInt also takes a sign)
+// and checks |now - ts| <= tolerance.
 func checkTimestamp(timestamp string, now time.Time, tolerance time.Duration) error {
 	ts, err := strconv.ParseInt(timestamp, 10, 64)
-	if err != nil || ts < 0 {
+	if err != nil || ts < 0 || timestamp[0] < '0' || timestamp[0] > '9' {
 		return fmt.Errorf("%w: timestamp %q is not unix seconds", ErrMalformed, timestamp)
 	}
 	return checkUnix(ts, timestamp, now, tolerance)

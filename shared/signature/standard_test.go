@@ -104,6 +104,8 @@ func TestVerify(t *testing.T) {
 		{name: "timestamp not a number", secrets: []signature.Secret{ref}, ts: "yesterday", sig: refSignature, want: signature.ErrMalformed},
 		{name: "timestamp in milliseconds is stale", secrets: []signature.Secret{ref}, ts: ts + "000", sig: refSignature, want: signature.ErrTimestamp},
 		{name: "negative timestamp", secrets: []signature.Secret{ref}, ts: "-1614265330", sig: refSignature, want: signature.ErrMalformed},
+		{name: "timestamp with a plus sign", secrets: []signature.Secret{ref}, ts: "+1614265330", sig: refSignature, want: signature.ErrMalformed},
+		{name: "timestamp minus zero", secrets: []signature.Secret{ref}, ts: "-0", sig: refSignature, want: signature.ErrMalformed},
 		{name: "timestamp out of int64 range", secrets: []signature.Secret{ref}, ts: "99999999999999999999", sig: refSignature, want: signature.ErrMalformed},
 		{name: "only unknown versions", secrets: []signature.Secret{ref}, sig: "v2,abc v1a,xyz", want: signature.ErrMalformed},
 		{name: "v1 without comma", secrets: []signature.Secret{ref}, sig: "v1" + strings.TrimPrefix(refSignature, "v1,"), want: signature.ErrMalformed},

@@ -303,28 +303,34 @@ func fieldType(t reflect.Type, key string) reflect.Type {
 	return nil
 }
 
-// ValidateURL accepts absolute http and https URLs with a host and no user info or fragment.
+// ValidateURL accepts absolute http and https URLs with a host and no user info or fragment. Its
+// errors never quote user info: they end up in logs, and a URL refused for carrying credentials
+// is exactly one whose password would be shown.
 func ValidateURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil {
-		return fmt.Errorf("%q is not a URL: %w", s, err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // its text quotes the whole URL
+		}
+		return fmt.Errorf("is not a URL: %w", err)
 	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("%q must be an absolute http or https URL", s)
-	}
-	if u.Host == "" || u.Hostname() == "" {
-		return fmt.Errorf("%q has no host", s)
+	shown := *u
+	shown.User = nil
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("%q must be an absolute http or https URL", shown.String())
+	case u.Host == "" || u.Hostname() == "":
+		return fmt.Errorf("%q has no host", shown.String())
+	case u.User != nil:
+		return fmt.Errorf("%q must not carry credentials (user info, not shown here); use headers", shown.String())
+	case u.Fragment != "":
+		return fmt.Errorf("%q must not have a fragment", shown.String())
 	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return fmt.Errorf("%q has port %s, outside 1–65535", s, p)
+			return fmt.Errorf("%q has port %s, outside 1–65535", shown.String(), p)
 		}
-	}
-	if u.User != nil {
-		return fmt.Errorf("%q must not carry credentials; use headers", s)
-	}
-	if u.Fragment != "" {
-		return fmt.Errorf("%q must not have a fragment", s)
 	}
 	return nil
 }

@@ -331,3 +331,23 @@ func TestBulk(t *testing.T) {
 		t.Errorf("SubscriberEntry(invalid record) = %v, want a timeout_ms FieldError", err)
 	}
 }
+
+// TestValidateURLNeverShowsCredentials: a URL refused for carrying credentials is the one whose
+// password the error would show, and these errors end up in logs (--edge-url, a subscriber's url).
+func TestValidateURLNeverShowsCredentials(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{
+		"https://admin:hunter2pw@edge.example.com/",
+		"https://hunter2pw@edge.example.com/",
+		"ftp://admin:hunter2pw@edge.example.com/",
+		"https://admin:hunter2pw@edge.example.com:99999/",
+		"https://admin:hunter2pw@edge.example.com:x/",
+		"https://admin:hunter2pw@/",
+		"https://admin:hunter2pw@edge.example.com/#frag",
+	} {
+		err := wire.ValidateURL(u)
+		if err == nil || strings.Contains(err.Error(), "hunter2pw") {
+			t.Errorf("ValidateURL(%q) = %v, want an error without the credentials", u, err)
+		}
+	}
+}

@@ -41,11 +41,11 @@ in the database, so a drain may run beside serve or another drain on the same fi
 			}
 			st, err := openWritableStore(cmd.Context())
 			if err != nil {
-				return err
+				return startupErr(cmd.Context(), err)
 			}
 			defer st.Close()
 			if err := warnNoEdge(cmd.Context(), st, cfg, log); err != nil {
-				return err
+				return startupErr(cmd.Context(), err)
 			}
 			eng, err := engine.New(st, cfg, log, nil)
 			if err != nil {

@@ -190,6 +190,17 @@ func newLogger(w io.Writer) (*slog.Logger, error) {
 }
 
 // noArgs rejects positional arguments with a usage error.
+// startupErr is what serve and drain return for err, from a step of their start: nothing if the
+// signal to stop (ctx's end) came first, as it would have a moment later, so SIGTERM while they
+// wait for another process's lock (or migrate) exits 0 as documented, not 1 with "context
+// canceled" (a failed systemd unit, a mail from cron).
+func startupErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
 // runGroup runs a command group given without one of its commands: its help, or a usage error
 // naming the word that is not one of them. Without it cobra printed the help and exited 0 for
 // `edgehook subscribers lst`, which a script or cron job takes for success.

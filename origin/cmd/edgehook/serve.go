@@ -109,11 +109,11 @@ func runServe(cmd *cobra.Command, _ []string) error {
 	ctx := cmd.Context()
 	st, err := openWritableStore(ctx)
 	if err != nil {
-		return err
+		return startupErr(ctx, err)
 	}
 	defer st.Close()
 	if err := warnNoEdge(ctx, st, engCfg, log); err != nil {
-		return err
+		return startupErr(ctx, err)
 	}
 
 	reg := newRegistry()
@@ -132,8 +132,8 @@ func runServe(cmd *cobra.Command, _ []string) error {
 	}
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	// The engine gets a context that the signal does not cancel: shutdown stops the HTTP server
-	// first (no new emits), then the engine, both within one grace period.
+	// The engine gets a context that the signal does not cancel: shutdown stops it and the HTTP
+	// server together, within one grace period.
 	if err := eng.Start(context.WithoutCancel(ctx)); err != nil {
 		ln.Close()
 		return err
@@ -151,11 +151,19 @@ func runServe(cmd *cobra.Command, _ []string) error {
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engCfg.StopGrace)
 	defer cancel()
-	httpErr := hs.Shutdown(shutdownCtx)
-	if errors.Is(httpErr, context.DeadlineExceeded) {
-		httpErr = hs.Close()
-	}
+	// Together, not one after the other: the engine stopped only once the last request had
+	// finished, and one slow client kept it claiming (sends then cut at the grace's end, and
+	// released, to be sent again) for as long.
+	var httpErr error
+	httpDone := make(chan struct{})
+	go func() {
+		defer close(httpDone)
+		if httpErr = hs.Shutdown(shutdownCtx); errors.Is(httpErr, context.DeadlineExceeded) {
+			httpErr = hs.Close()
+		}
+	}()
 	engErr := eng.Stop(shutdownCtx)
+	<-httpDone
 	if err := errors.Join(serveErr, httpErr, engErr); err != nil {
 		return err
 	}

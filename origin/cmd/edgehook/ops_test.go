@@ -1,0 +1,127 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/edgehook/edgehook/shared/wire"
+)
+
+// TestSIGTERMDuringStartupExitsZero: serve and drain promise exit 0 on SIGTERM. A
+// signal that arrives while the command is still starting (here: its startup write waits for
+// another process's lock, up to --busy-timeout) must not turn into "edgehook: context canceled"
+// and exit 1 (systemd then records a failed unit; cron mails an error).
+func TestSIGTERMDuringStartupExitsZero(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	c.ok("migrate")
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(c.dir, "edgehook.db")+"?_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	tx, err := db.Begin() // another process's write lock, held while the commands start
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	for _, args := range [][]string{{"serve", "--listen", "127.0.0.1:0"}, {"drain", "--for", "30s"}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		cmd := c.command(ctx, append([]string{"--busy-timeout", "5s"}, args...)...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // past main's signal set-up, inside the startup's wait for the lock
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		err := cmd.Wait()
+		cancel()
+		if err != nil {
+			t.Errorf("%s: SIGTERM during startup: %v, stderr %q; want exit 0", args[0], err, stderr.String())
+		}
+	}
+}
+
+// TestEdgeURLCredentialsAreNotShown: an edge URL carrying credentials is refused, but the
+// refusal must not print the password: EDGEHOOK_EDGE_URL and the config file are exactly where
+// the operator puts it, and stderr goes to the journal or cron's drain.log.
+func TestEdgeURLCredentialsAreNotShown(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	const url = "https://admin:hunter2pw@edge.example.com/"
+	if err := os.WriteFile(filepath.Join(c.dir, "edgehook.json"), []byte(`{"edge_url": "`+url+`"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, env := range []string{"EDGEHOOK_EDGE_URL=" + url, "EDGEHOOK_CONFIG=edgehook.json"} {
+		c.env = []string{env}
+		r := c.run("drain", "--for", "1s")
+		if r.code != 2 || strings.Contains(r.stderr, "hunter2pw") {
+			t.Errorf("%s: exit %d, stderr %q; want exit 2 without the password", env, r.code, r.stderr)
+		}
+	}
+}
+
+// TestServeStopsClaimingOnSIGTERM: serve's help says that on SIGTERM it "stops accepting
+// requests and claiming deliveries". While an HTTP request is still in flight (a client slow to
+// send its body), the engine keeps claiming: an event written after the SIGTERM (by the CLI on
+// the same file) is sent. Such a late claim gets only what is left of the grace and is cut and
+// released at the deadline, i.e. sent twice when the subscriber is slow.
+func TestServeStopsClaimingOnSIGTERM(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	var mu sync.Mutex
+	var got []string
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get(wire.HeaderWebhookID))
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer recv.Close()
+	srv := startServe(t, c, "--allow-network", "127.0.0.0/8", "--poll-interval", "50ms", "--shutdown-grace", "4s")
+	if code, body := srv.call(t, "POST", "/v1/subscribers", "", `{"url":"`+recv.URL+`/hook","events":["*"]}`); code != http.StatusCreated {
+		t.Fatalf("create subscriber: %d %s", code, body)
+	}
+	// A request in flight: headers sent, body not yet.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(srv.base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+	time.Sleep(200 * time.Millisecond)
+	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	var res struct{ ID string }
+	c.okJSON(&res, "emit", "--id", "late", "--type", "a.b", "--data", "{}")
+	select {
+	case <-srv.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop within 30s of SIGTERM")
+	}
+	srv.cmd.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range got {
+		if id == "late" {
+			t.Fatalf("serve claimed and sent an event written after SIGTERM; log:\n%s", srv.logs.String())
+		}
+	}
+}

@@ -514,6 +514,9 @@ func (r *run) settled(batch []store.Settlement, stale []int64) {
 			lost[seq] = true
 		}
 	}
+	// The counters of results, here and not when an answer is decided: a stale outcome is none
+	// of them (the store kept nothing of it; the claim that took the delivery over counts it).
+	m := r.e.m
 	r.count(func(d *DrainResult) {
 		d.Stale += len(stale)
 		for _, it := range batch {
@@ -523,10 +526,15 @@ func (r *run) settled(batch []store.Settlement, stale []int64) {
 			switch it.Result {
 			case store.ResultDelivered:
 				d.Delivered++
-			case store.ResultRetry, store.ResultReschedule:
+				m.delivered.WithLabelValues(it.SubscriberID).Inc()
+			case store.ResultRetry:
+				d.Retried++
+				m.retried.WithLabelValues(it.SubscriberID).Inc()
+			case store.ResultReschedule:
 				d.Retried++
 			case store.ResultDead:
 				d.Dead++
+				m.dead.WithLabelValues(it.SubscriberID, it.Reason).Inc()
 			case store.ResultRelease:
 				d.Released++
 			}

@@ -315,7 +315,8 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 		}
 		switch o {
 		case wire.OutcomeDuplicate:
-			return e.delivered(set, sub.ID)
+			set.Result = store.ResultDelivered
+			return set
 		case wire.OutcomeCoalesced:
 			wait := e.backoff(0)
 			if d, err := wire.ParseRetryAfter(r.retryAfter, now); err == nil {
@@ -336,7 +337,8 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 			attempt.Outcome = "delivered"
 		}
 		set.Circuit = store.CircuitSuccess
-		return e.delivered(set, sub.ID)
+		set.Result = store.ResultDelivered
+		return set
 	case s == http.StatusGone:
 		msg := "subscriber answered 410 Gone"
 		attempt.Outcome, attempt.Error, set.Error = classGone, msg, msg
@@ -365,12 +367,6 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 	return fail(class, fmt.Sprintf("subscriber answered %d", r.status), true)
 }
 
-func (e *Engine) delivered(set store.Settlement, subID string) store.Settlement {
-	set.Result = store.ResultDelivered
-	e.m.delivered.WithLabelValues(subID).Inc()
-	return set
-}
-
 // retry schedules another attempt at `at`, unless the delivery has used its attempts (edge
 // rejections excepted: they are the operator's problem, not the subscriber's) or its age.
 func (e *Engine) retry(c store.Claimed, set store.Settlement, class string, at, now time.Time) store.Settlement {
@@ -381,10 +377,7 @@ func (e *Engine) retry(c store.Claimed, set store.Settlement, class string, at, 
 		set.Result, set.Reason = store.ResultDead, store.ReasonMaxAttempts
 	default:
 		set.Result, set.NextAttemptAt = store.ResultRetry, at
-		e.m.retried.WithLabelValues(c.Subscriber.ID).Inc()
-		return set
 	}
-	e.m.dead.WithLabelValues(c.Subscriber.ID, set.Reason).Inc()
 	return set
 }
 

@@ -77,8 +77,9 @@ func strictUnmarshal(body []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		var typ *json.UnmarshalTypeError
 		if _, ok := unknownField(err); ok || errors.As(err, &typ) {
-			if err := checkKeys(body, v); err != nil { // names it with its path
-				return err
+			var named *Error
+			if err := checkKeys(body, v); errors.As(err, &named) { // names it with its path
+				return named
 			}
 		}
 		return jsonError(err)

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -168,4 +169,43 @@ func shellWords(s string) []string {
 		words = append(words, w.String())
 	}
 	return words
+}
+
+// TestReliabilityNamesExistingTests: every test or fuzz target RELIABILITY.md names is declared
+// in a test file, so its table and reproduce commands do not drift from the suite (a row named
+// TestZeroRateIsTheDefault after the test had become TestZeroRateIsTheDefaultOrRefused).
+func TestReliabilityNamesExistingTests(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join("..", "..", "..")
+	doc, err := os.ReadFile(filepath.Join(root, "RELIABILITY.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, m := range regexp.MustCompile("`((?:Test|Fuzz)[A-Za-z0-9_]+)`").FindAllSubmatch(doc, -1) {
+		names[string(m[1])] = false
+	}
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir() && (d.Name() == "node_modules" || d.Name() == ".git" || d.Name() == "build"):
+			return filepath.SkipDir
+		case d.IsDir() || !strings.HasSuffix(path, "_test.go"):
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		for n := range names {
+			names[n] = names[n] || strings.Contains(string(data), "func "+n+"(")
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n, found := range names {
+		if !found {
+			t.Errorf("RELIABILITY.md names %s, but no test file declares func %s", n, n)
+		}
+	}
 }

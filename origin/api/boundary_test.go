@@ -72,3 +72,18 @@ func TestANullBodyIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestATimeBoundBeforeTheEpochIsRefused: the zero time (year 1) is how the store reads "no bound",
+// so {"to":"0001-01-01T00:00:00Z"} replayed every dead delivery; nothing is stored before 1970, and
+// such a bound is a 422 naming it, in a replay and in a listing.
+func TestATimeBoundBeforeTheEpochIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addSubscriber(api.SubscriberRequest{ID: "s", URL: "https://s.example/hook", Events: []string{"*"}})
+	e.do("POST", "/v1/subscribers/s/replay", `{"to":"0001-01-01T00:00:00Z"}`).
+		wantError(t, http.StatusUnprocessableEntity, api.CodeInvalid, "to")
+	e.do("POST", "/v1/subscribers/s/replay", `{"from":"1969-12-31T23:59:59Z"}`).
+		wantError(t, http.StatusUnprocessableEntity, api.CodeInvalid, "from")
+	e.do("GET", "/v1/deliveries?to=0001-01-01T00:00:00Z", nil).
+		wantError(t, http.StatusUnprocessableEntity, api.CodeInvalid, "to")
+}

@@ -33,6 +33,9 @@ func parseTime(field, s string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, invalid(field, fmt.Errorf("%q is not an RFC 3339 time (2006-01-02T15:04:05Z)", s))
 	}
+	if !t.After(time.Unix(0, 0)) { // nothing is stored before; and year 1, the zero time, would read as no bound
+		return time.Time{}, invalid(field, fmt.Errorf("%q is not after 1970-01-01T00:00:00Z", s))
+	}
 	return t, nil
 }
 

@@ -934,3 +934,30 @@ func TestASubscriberWithDeliveriesInFlightIsClaimedForInChunks(t *testing.T) {
 		t.Fatalf("a second later, with one of b's in flight: claimed %d of b, want its next token", got)
 	}
 }
+
+// TestReplayBoundsAreExactBelowAMillisecond: a replay takes the deliveries that died in
+// [from, to); times are stored in whole milliseconds, and a bound half a millisecond after a death
+// must leave it out as a from and take it in as a to (rounded down, it did the opposite).
+func TestReplayBoundsAreExactBelowAMillisecond(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	mustSub(t, s, SubscriberInput{ID: "b"})
+	emitN(t, s, "x", 1)
+	died := clk.Now() // whole milliseconds
+	for _, c := range claim(t, s, clk.Now(), 2).Deliveries {
+		it := done(c, ResultDead)
+		it.Reason = ReasonMaxAttempts
+		settle(t, s, died, it)
+	}
+	half := 500 * time.Microsecond
+	// a: from is after the death, so nothing died in [died+0.5ms, no bound).
+	if n, err := s.ReplayDead(ctx, "a", died.Add(half), time.Time{}, clk.Now()); err != nil || n != 0 {
+		t.Errorf("from %s (after the death at %s): replayed %d, %v; want 0", died.Add(half).Format(time.RFC3339Nano), died.Format(time.RFC3339Nano), n, err)
+	}
+	// b: to is after the death, so it died in [no bound, died+0.5ms).
+	if n, err := s.ReplayDead(ctx, "b", time.Time{}, died.Add(half), clk.Now()); err != nil || n != 1 {
+		t.Errorf("to %s (after the death at %s): replayed %d, %v; want 1", died.Add(half).Format(time.RFC3339Nano), died.Format(time.RFC3339Nano), n, err)
+	}
+}

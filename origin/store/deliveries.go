@@ -93,10 +93,10 @@ func (s *Store) ListDeliveries(ctx context.Context, f DeliveryFilter) (DeliveryP
 	}
 	// A delivery is created with its event (a compact row stores 0 for it).
 	if !f.From.IsZero() {
-		add("e.created_at >= ?", ms(f.From))
+		add("e.created_at >= ?", msBound(f.From))
 	}
 	if !f.To.IsZero() {
-		add("e.created_at < ?", ms(f.To))
+		add("e.created_at < ?", msBound(f.To))
 	}
 	if f.Cursor != "" {
 		c, err := strconv.ParseInt(f.Cursor, 10, 64)
@@ -331,7 +331,7 @@ func (s *Store) ReplayDead(ctx context.Context, subscriberID string, from, to, n
 	if !from.IsZero() && !to.IsZero() && !from.Before(to) {
 		return 0, fieldErrf("from", "must be before to")
 	}
-	hi := ms(to)
+	hi := msBound(to)
 	if to.IsZero() {
 		hi = 1<<63 - 1
 	}
@@ -344,7 +344,7 @@ func (s *Store) ReplayDead(ctx context.Context, subscriberID string, from, to, n
 		if exists == 0 {
 			return fmt.Errorf("subscriber %q: %w", subscriberID, ErrNotFound)
 		}
-		r, err := tx.ExecContext(ctx, `UPDATE deliveries SET `+requeue+` WHERE `+diedBetweenSQL, ms(now), subscriberID, ms(from), hi)
+		r, err := tx.ExecContext(ctx, `UPDATE deliveries SET `+requeue+` WHERE `+diedBetweenSQL, ms(now), subscriberID, msBound(from), hi)
 		if err != nil {
 			return err
 		}

@@ -500,6 +500,17 @@ func ms(t time.Time) int64 {
 	return t.UnixMilli()
 }
 
+// msBound is t in unix ms rounded up, for a bound of a range of stored times (whole ms): rounded
+// down, a from or to a fraction of a millisecond after a stored time would take it in, or leave it
+// out, against [from, to).
+func msBound(t time.Time) int64 {
+	m := ms(t)
+	if t.After(time.UnixMilli(m)) {
+		m++
+	}
+	return m
+}
+
 // fromMS converts stored unix milliseconds back; 0 is the zero time.
 func fromMS(v int64) time.Time {
 	if v == 0 {

@@ -64,6 +64,9 @@ func parseFlagTime(name, s string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, usagef("--%s: %q is not an RFC 3339 time (2006-01-02T15:04:05Z)", name, s)
 	}
+	if !t.After(time.Unix(0, 0)) { // as the API's parseTime: year 1 would read as no bound
+		return time.Time{}, usagef("--%s: %q is not after 1970-01-01T00:00:00Z", name, s)
+	}
 	return t, nil
 }
 

@@ -207,6 +207,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"EDGEHOOK_CONFIG=" + badConfig}, []string{"migrate"}, 2, `"colour": unknown setting`},
 		{[]string{"EDGEHOOK_CONFIG=" + badConfig + ".array"}, []string{"migrate"}, 2, `"db" (--db) takes one value, not an array`},
 		{nil, []string{"--config", "missing.json", "migrate"}, 2, "config file"},
+		{nil, []string{"dead", "replay", "--subscriber", "s", "--to", "0001-01-01T00:00:00Z"}, 2, "--to: \"0001-01-01T00:00:00Z\" is not after 1970"},
 		{nil, []string{"emit", "--type", "a.b"}, 2, "--data"},
 		{nil, []string{"emit", "--type", "a.b", "--data", "1", "--data-file", "x"}, 2, "--data"},
 		{nil, []string{"emit", "--type", "a b", "--data", "1"}, 2, "--type"},

@@ -17,8 +17,10 @@ import (
 // "headers.X-Team"), which also names unknown fields inside nested objects.
 func checkKeys(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber() // a number out of float64's range is the decoder's error to name, not the walk's
-	return keyWalker{dec}.value(reflect.TypeOf(v).Elem(), "") // v points to where the body decodes
+	// A number out of float64's range is the decoder's error to name, not the walk's.
+	dec.UseNumber()
+	// v points to where the body decodes.
+	return keyWalker{dec}.value(reflect.TypeOf(v).Elem(), "")
 }
 
 type keyWalker struct{ dec *json.Decoder }

@@ -94,8 +94,17 @@ var internalNets = []netip.Prefix{
 	netip.MustParsePrefix("fd00:ec2::254/128"), // AWS metadata over IPv6 (also ULA)
 }
 
+// Prefixes of IPv6 addresses that carry an IPv4 address a gateway may reach: the well-known NAT64
+// prefix (RFC 6052: the IPv4 address in the last 32 bits) and 6to4 (RFC 3056: in bits 16–47).
+var (
+	nat64Net = netip.MustParsePrefix("64:ff9b::/96")
+	sixTo4   = netip.MustParsePrefix("2002::/16")
+)
+
 // isInternal reports loopback, private, link-local (including the 169.254.169.254 metadata
-// address), multicast, unspecified and other special-purpose addresses.
+// address), multicast, unspecified and other special-purpose addresses, and an IPv6 address
+// that carries one of those as an IPv4 address (NAT64, 6to4): on a network with a NAT64 gateway,
+// 64:ff9b::a00:1 is 10.0.0.1.
 func isInternal(ip netip.Addr) bool {
 	if ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
 		ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified() {
@@ -105,6 +114,13 @@ func isInternal(ip netip.Addr) bool {
 		if p.Contains(ip) {
 			return true
 		}
+	}
+	b := ip.As16()
+	switch {
+	case nat64Net.Contains(ip):
+		return isInternal(netip.AddrFrom4([4]byte(b[12:16])))
+	case sixTo4.Contains(ip):
+		return isInternal(netip.AddrFrom4([4]byte(b[2:6])))
 	}
 	return false
 }

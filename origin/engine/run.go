@@ -123,7 +123,7 @@ func (e *Engine) newRun(untilIdle bool, grace <-chan time.Duration) *run {
 func (r *run) loop(ctx context.Context, daemon bool) {
 	r.claimCtx = ctx
 	go r.completer()
-	r.prune()
+	r.prune(ctx)
 	var pruneTick <-chan time.Time
 	if daemon {
 		t := time.NewTicker(r.e.cfg.PruneInterval)
@@ -208,7 +208,7 @@ func (r *run) loop(ctx context.Context, daemon bool) {
 		case <-r.settleClaimed:
 			last, claimed = r.takeSettleClaim(), true
 		case <-pruneTick:
-			r.prune()
+			r.prune(ctx)
 		case <-ctx.Done():
 		}
 	}
@@ -542,10 +542,14 @@ func (r *run) settled(batch []store.Settlement, stale []int64) {
 	})
 }
 
-func (r *run) prune() {
-	n, err := r.e.st.Prune(context.Background(), r.e.cfg.Now().Add(-r.e.cfg.Retention))
+// prune applies the retention window, until ctx (the loop's) ends: a long prune at the start of
+// a cron drain held it past its --for and past a SIGTERM. What it leaves, the next prune does.
+func (r *run) prune(ctx context.Context) {
+	n, err := r.e.st.Prune(ctx, r.e.cfg.Now().Add(-r.e.cfg.Retention))
 	if err != nil {
-		r.e.log.Error("prune failed", "err", err)
+		if ctx.Err() == nil {
+			r.e.log.Error("prune failed", "err", err)
+		}
 		return
 	}
 	if n > 0 {

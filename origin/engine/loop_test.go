@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -127,5 +128,32 @@ func TestAClaimWithNoFreeSlotAsksForNothing(t *testing.T) {
 	r.slots <- struct{}{}
 	if out := r.claim(context.Background()); out.err != nil || out.limit != 0 || len(out.res.Deliveries) != 0 {
 		t.Fatalf("claim with every slot taken: %+v, want nothing asked and no error", out)
+	}
+}
+
+// TestAStoppedDrainDoesNotPrune: a drain prunes at its start, within its own time: a drain whose
+// time is already up (its --for, or a signal) leaves the retention to the next one. The prune ran
+// on a context of its own, and a long one held a cron drain past its --for and its SIGTERM.
+func TestAStoppedDrainDoesNotPrune(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{Retention: time.Hour})
+	k := newSink(t, func(w http.ResponseWriter, _ *recorded) { w.WriteHeader(200) })
+	e.sub(store.SubscriberInput{URL: k.URL})
+	e.emit("old", "t", `{}`)
+	if res := e.drain(); res.Delivered != 1 {
+		t.Fatalf("%+v, want the event delivered", res)
+	}
+	e.clk.Advance(2 * time.Hour) // past the retention
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := e.eng.Drain(ctx, DrainOptions{For: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.GetEvent(context.Background(), "old"); err != nil {
+		t.Fatalf("a drain stopped before it started pruned the event: %v", err)
+	}
+	e.drain() // one with time to run prunes it
+	if _, err := e.st.GetEvent(context.Background(), "old"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("after a whole drain: %v, want the event pruned", err)
 	}
 }

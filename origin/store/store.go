@@ -208,7 +208,7 @@ func openVersion(ctx context.Context, opts Options, version int) (*Store, error)
 	s := &Store{opts: opts, w: w, emits: make(chan *emitReq, MaxBatchEvents), wake: make(chan struct{}, 1),
 		wrote: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), ckptDone: make(chan struct{}),
 		stmts: map[string]*sql.Stmt{}, wanted: map[string]bool{}, fanoutIDs: fanoutIDs{byKey: map[string]int64{}}}
-	if err := s.migrate(ctx, version); err != nil {
+	if err := s.migrateWaiting(ctx, version); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("open %s: %w", opts.Path, err)
 	}
@@ -235,6 +235,27 @@ func openVersion(ctx context.Context, opts Options, version int) (*Store, error)
 	go s.commitLoop()
 	go s.checkpointLoop()
 	return s, nil
+}
+
+// migrateWaiting runs migrate, again while it fails with SQLITE_BUSY, until the busy timeout has
+// passed. It is the writer's first use: on a file another process is creating, its connection's
+// switch to WAL (a pragma of the DSN) failed at once, without the busy handler (three processes
+// opening one new file at once: a few rounds in 40), and a fresh install whose first cron drain
+// and first `edgehook emit` started together lost one of them to "database is locked". A failed
+// connection is discarded, so the next try opens another.
+func (s *Store) migrateWaiting(ctx context.Context, version int) error {
+	deadline := time.Now().Add(s.opts.BusyTimeout)
+	for {
+		err := s.migrate(ctx, version)
+		if err == nil || ResultCode(err) != CodeBusy || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // checkpointEvery paces checkpointLoop while writes go on.

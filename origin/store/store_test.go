@@ -1092,3 +1092,40 @@ func TestWALStaysBoundedUnderSustainedWrites(t *testing.T) {
 	}
 	t.Logf("WAL %.1f MB after %d events", float64(size)/(1<<20), events)
 }
+
+// TestOpeningANewFileTogetherWaits: processes that start on a database file that does not exist
+// yet (a fresh install: a cron drain and a PHP `edgehook emit` at once) wait for one another within
+// the busy timeout, not fail Open with SQLITE_BUSY at once (a few rounds in 40 did).
+func TestOpeningANewFileTogetherWaits(t *testing.T) {
+	t.Parallel()
+	const rounds, openers = 40, 3
+	for i := range rounds {
+		path := filepath.Join(t.TempDir(), fmt.Sprintf("fresh%d.db", i))
+		errs := make(chan error, openers)
+		stores := make(chan *Store, openers)
+		for range openers {
+			go func() {
+				s, err := Open(context.Background(), Options{Path: path})
+				errs <- err
+				stores <- s
+			}()
+		}
+		var opened []*Store
+		for range openers {
+			if err := <-errs; err != nil {
+				var c interface{ Code() int }
+				if errors.As(err, &c) {
+					t.Errorf("round %d (SQLite code %d): %v", i, c.Code(), err)
+				} else {
+					t.Errorf("round %d: %v", i, err)
+				}
+			}
+			if s := <-stores; s != nil {
+				opened = append(opened, s)
+			}
+		}
+		for _, s := range opened {
+			s.Close()
+		}
+	}
+}

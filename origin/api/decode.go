@@ -72,22 +72,23 @@ func strictUnmarshal(body []byte, v any) error {
 			return nil
 		}
 	}
+	// The key walk first: it names a problem by its path (events[2].type, where the decoder
+	// says events.type), and refuses what the decoder takes without a word, or would judge
+	// first in a type's own UnmarshalJSON ({"URL": null} is a misspelt key, not a null url).
+	// What it cannot read (malformed JSON) is the decoder's to name.
+	var named *Error
+	if err := checkKeys(body, v); errors.As(err, &named) {
+		return named
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		var typ *json.UnmarshalTypeError
-		if _, ok := unknownField(err); ok || errors.As(err, &typ) {
-			var named *Error
-			if err := checkKeys(body, v); errors.As(err, &named) { // names it with its path
-				return named
-			}
-		}
 		return jsonError(err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return errorf(http.StatusBadRequest, CodeBadRequest, "", "unexpected data after the JSON value")
 	}
-	return checkKeys(body, v)
+	return nil
 }
 
 // bodySubject names the whole decoded value in an error, where no field is at fault.

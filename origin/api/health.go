@@ -11,14 +11,12 @@ func (s *Server) healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// readyz answers 200 only while the database can be written.
+// readyz answers 200 only while the database can be written, and 503 with Retry-After
+// otherwise, whatever the error: a probe is documented to answer one of the two.
 func (s *Server) readyz(c echo.Context) error {
 	if err := s.store.Ping(c.Request().Context()); err != nil {
-		e := ToError(err)
-		if e.Status < 500 {
-			e = &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the database cannot be written", Err: err}
-		}
-		return e
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, RetryAfter: defaultUnavailableRetry,
+			Message: "the database cannot be written", Err: err}
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
 }

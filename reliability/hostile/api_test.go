@@ -56,7 +56,7 @@ func hostileCases(subID string) []hostileCase {
 		{name: "empty body", path: ev, body: ``, status: 400, code: "bad_request", field: "-"},
 		{name: "trailing data", path: ev, body: `{"type":"a.b","data":1} {"type":"a.b","data":2}`, status: 400, code: "bad_request", field: "-"},
 		{name: "deeply nested data", path: ev, body: `{"type":"a.b","data":` + deep + `}`, status: 400, code: "bad_request", field: "-"},
-		{name: "deeply nested objects", path: subs, body: `{"url":"http://127.0.0.1:9/","events":["*"],"coalesce":` + deepObj + `}`, status: 400, code: "bad_request", field: "-"},
+		{name: "deeply nested objects", path: subs, body: `{"url":"http://127.0.0.1:9/","events":["*"],"coalesce":` + deepObj + `}`, status: 400, code: "bad_request", field: "coalesce.a"},
 		{name: "oversize event", path: ev, body: big, status: 413, code: "body_too_large", field: "-"},
 		{name: "wrong content type", path: ev, body: `{"type":"a.b","data":1}`, contentType: "text/plain", status: 415, code: "unsupported_media_type", field: "-"},
 		{name: "NaN literal", path: subs, body: subscriber("rate_per_sec", "NaN"), status: 400, code: "bad_request", field: "-"},

@@ -87,10 +87,9 @@ type run struct {
 // flight is one subscriber's deliveries in flight in a run, and its in-flight cap.
 type flight struct{ n, cap int }
 
-// held tells whether a claim takes none of the subscriber's deliveries for those it has in flight:
-// it is at its cap, or has less than half of it free (the store claims for a subscriber with
-// deliveries in flight in chunks of at least half its cap: claimCandidates).
-func (f *flight) held() bool { return f.n >= f.cap || f.cap-f.n < f.cap/2 }
+// held tells whether a claim takes none of the subscriber's deliveries for those it has in flight
+// in this run (the store's rule).
+func (f *flight) held() bool { return store.HeldForInFlight(f.n, f.cap) }
 
 // claimTrigger is which settles the waiting loop would claim on.
 type claimTrigger int

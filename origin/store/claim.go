@@ -391,7 +391,7 @@ func (s *Store) claimCandidates(ctx context.Context, tx *sql.Tx, now int64, move
 		// paying a subscriber's searches, lease and bucket rows for so few (an in-process drain of
 		// 12 subscribers, alternated runs: about 5 % less CPU per delivery this way). One with
 		// nothing in flight is never held back: a quiet subscriber's deliveries wait for nothing.
-		if !c.byTokens && leased > 0 && c.budget < maxInFlight/2 {
+		if !c.byTokens && HeldForInFlight(int(leased), maxInFlight) {
 			c.budget = 0
 		}
 		if circuit != "closed" {
@@ -408,6 +408,12 @@ func (s *Store) claimCandidates(ctx context.Context, tx *sql.Tx, now int64, move
 	}
 	return cands, rows.Err()
 }
+
+// HeldForInFlight tells whether a claim takes none of a subscriber's deliveries for the n it has
+// in flight, whatever its bucket: n is its cap, or it has less than half of its cap free (one
+// with deliveries in flight is claimed for in chunks: claimCandidates). The engine waits for the
+// settle that releases it by the same rule.
+func HeldForInFlight(n, cap int) bool { return n >= cap || n > 0 && cap-n < cap/2 }
 
 // claimedRow is what the claim statement returns.
 type claimedRow struct {

@@ -24,17 +24,28 @@ func ParseStatus(s string) (store.Status, error) {
 	return "", fmt.Errorf("%q is not one of pending, leased, delivered, dead, superseded, held", s)
 }
 
-// parseTime reads an optional RFC 3339 time; field names it in the error.
+// parseTime reads an optional RFC 3339 time (ParseTimeBound); field names it in the error.
 func parseTime(field, s string) (time.Time, error) {
+	t, err := ParseTimeBound(s)
+	if err != nil {
+		return time.Time{}, invalid(field, err)
+	}
+	return t, nil
+}
+
+// ParseTimeBound reads an optional bound of a time range, in RFC 3339; empty is the zero time, no
+// bound. One before 1970 is an error: nothing is stored before, and year 1, the zero time, would
+// read as no bound.
+func ParseTimeBound(s string) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return time.Time{}, invalid(field, fmt.Errorf("%q is not an RFC 3339 time (2006-01-02T15:04:05Z)", s))
+		return time.Time{}, fmt.Errorf("%q is not an RFC 3339 time (2006-01-02T15:04:05Z)", s)
 	}
-	if !t.After(time.Unix(0, 0)) { // nothing is stored before; and year 1, the zero time, would read as no bound
-		return time.Time{}, invalid(field, fmt.Errorf("%q is not after 1970-01-01T00:00:00Z", s))
+	if !t.After(time.Unix(0, 0)) {
+		return time.Time{}, fmt.Errorf("%q is not after 1970-01-01T00:00:00Z", s)
 	}
 	return t, nil
 }

@@ -55,17 +55,11 @@ func (f *listFlags) filter() (store.DeliveryFilter, error) {
 	return store.DeliveryFilter{Status: st, SubscriberID: f.subscriber, EventID: f.event, From: from, To: to, Cursor: f.cursor, Limit: f.limit}, nil
 }
 
-// parseFlagTime reads an optional RFC 3339 time given to --name.
+// parseFlagTime reads an optional RFC 3339 time given to --name (api.ParseTimeBound).
 func parseFlagTime(name, s string) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
+	t, err := api.ParseTimeBound(s)
 	if err != nil {
-		return time.Time{}, usagef("--%s: %q is not an RFC 3339 time (2006-01-02T15:04:05Z)", name, s)
-	}
-	if !t.After(time.Unix(0, 0)) { // as the API's parseTime: year 1 would read as no bound
-		return time.Time{}, usagef("--%s: %q is not after 1970-01-01T00:00:00Z", name, s)
+		return time.Time{}, usagef("--%s: %v", name, err)
 	}
 	return t, nil
 }

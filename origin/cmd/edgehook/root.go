@@ -189,7 +189,6 @@ func newLogger(w io.Writer) (*slog.Logger, error) {
 	return nil, usagef("--log-format: %q is not text or json", global.logFormat)
 }
 
-// noArgs rejects positional arguments with a usage error.
 // startupErr is what serve and drain return for err, from a step of their start: nothing if the
 // signal to stop (ctx's end) came first, as it would have a moment later, so SIGTERM while they
 // wait for another process's lock (or migrate) exits 0 as documented, not 1 with "context
@@ -211,6 +210,7 @@ func runGroup(cmd *cobra.Command, args []string) error {
 	return cmd.Help()
 }
 
+// noArgs rejects positional arguments with a usage error.
 func noArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
 		return usagef("%s takes no arguments, got %q", cmd.CommandPath(), args[0])

@@ -2,7 +2,7 @@
 // the Go encoder and loaded by the real `wrangler kv bulk put`; concurrent requests on the one
 // long-lived Go instance; a client that goes away mid-forward; bodies far larger than the JS/Go
 // crossing's buffers; failing KV; a missing secret; a panic in the Go instance; the isolate's heap
-// over many requests.
+// over many requests; a subscriber body that breaks off or stalls.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
@@ -501,3 +501,35 @@ async function inspect(port, name) {
     close: () => ws.close(),
   };
 }
+
+// relay.UpstreamResponse: the body excerpt holds "at most the first wire.MaxExcerptBytes bytes of the
+// subscriber's body, fewer when it broke off or stalled past the timeout"; the harness
+// (httpupstream) relays the bytes that did arrive, and so must the Worker. The loader once read a
+// body declared within the excerpt's size with res.arrayBuffer(), which rejects whole when the
+// body breaks off or the timeout aborts it, and the excerpt was dropped.
+describe("a subscriber's body that breaks off or stalls", () => {
+  let mf, sub;
+  before(async () => {
+    sub = await startSubscriber();
+    mf = startWorker(suiteVars(suite));
+    const subs = await mf.getKVNamespace("SUBSCRIBERS");
+    await subs.put("sub:sub_cut", JSON.stringify({ url: `${sub.url}/hooks/cut`, timeout_ms: 1000, active: true }));
+  });
+  after(async () => {
+    await mf?.dispose();
+    await sub?.close();
+  });
+
+  for (const [name, script] of [
+    ["breaks off", { status: 503, body: "busy: retry later", cut_body: true }],
+    ["stalls past the timeout", { status: 503, body: "busy: retry later", stall_body: true }],
+  ]) {
+    test(`a body that ${name} still gives the excerpt of what arrived, as in the harness`, async () => {
+      sub.setScript(script);
+      const res = await mf.dispatchFetch("http://edge.test/", signed(`del_cut_${name.length}`, "sub_cut"));
+      const text = await res.text();
+      assert.deepEqual([res.status, res.headers.get("edgehook-outcome")], [503, "forwarded"], text);
+      assert.equal(text, "busy: retry later");
+    });
+  }
+});

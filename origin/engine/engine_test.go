@@ -544,17 +544,17 @@ func TestSettlesClaimTheSlotsTheyFreeExactlyOnce(t *testing.T) {
 	}
 }
 
-func TestAnOutcomeAfterItsLeaseExpiredIsStaleNotDelivered(t *testing.T) {
-	t.Parallel()
-	// The subscriber answers only after the lease has expired and another process has claimed the
-	// delivery again: the store keeps nothing of the late 200, so the drain must not count it
-	// delivered (the delivery is the other claim's, and will be sent again).
-	e := newEnv(t, Config{})
+// drainAStaleOutcome drains one delivery to subscriber "a" whose answer (status) comes only
+// after its lease has expired and another process has claimed it again, and returns the drain's
+// result. The store keeps nothing of that late answer: the delivery is the other claim's.
+func drainAStaleOutcome(t *testing.T, cfg Config, status int) (*env, DrainResult) {
+	t.Helper()
+	e := newEnv(t, cfg)
 	arrived, answer := make(chan struct{}), make(chan struct{})
 	k := newSink(t, func(w http.ResponseWriter, r *recorded) {
 		close(arrived)
 		<-answer
-		w.WriteHeader(http.StatusOK)
+		w.WriteHeader(status)
 	})
 	e.sub(store.SubscriberInput{ID: "a", URL: k.URL})
 	e.emit("e1", "t", `{}`)
@@ -573,11 +573,48 @@ func TestAnOutcomeAfterItsLeaseExpiredIsStaleNotDelivered(t *testing.T) {
 	if err != nil || len(other.Deliveries) != 1 {
 		t.Fatalf("the other process claimed %d deliveries (%v), want the expired one", len(other.Deliveries), err)
 	}
-	if res := <-done; res.Claimed != 1 || res.Stale != 1 || res.Delivered != 0 {
-		t.Fatalf("%+v, want 1 claimed, 1 stale and none delivered", res)
-	}
+	res := <-done
 	if d := e.only(); d.Status != store.StatusLeased {
 		t.Fatalf("the delivery is %s, want still leased by the other claim", d.Status)
+	}
+	return e, res
+}
+
+func TestAnOutcomeAfterItsLeaseExpiredIsStaleNotDelivered(t *testing.T) {
+	t.Parallel()
+	// The subscriber answers only after the lease has expired and another process has claimed the
+	// delivery again: the store keeps nothing of the late 200, so the drain must not count it
+	// delivered (the delivery is the other claim's, and will be sent again).
+	if _, res := drainAStaleOutcome(t, Config{}, http.StatusOK); res.Claimed != 1 || res.Stale != 1 || res.Delivered != 0 {
+		t.Fatalf("%+v, want 1 claimed, 1 stale and none delivered", res)
+	}
+}
+
+// TestAStaleOutcomeIsNotCountedInTheMetrics: the Prometheus counters agree with the store about a
+// stale outcome: the late 200 is not a delivery, and the late 500 at the last attempt did not
+// dead-letter anything. They were counted when the answer was decided, before the settle found
+// the outcome stale, so edgehook_deliveries_delivered_total and edgehook_deliveries_dead_total
+// (alerted on in docs/deploy.md) counted deliveries the store does not have as delivered or dead
+// (and the other claim counts them once more).
+func TestAStaleOutcomeIsNotCountedInTheMetrics(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		status int
+	}{{"delivered", http.StatusOK}, {"dead", http.StatusInternalServerError}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e, res := drainAStaleOutcome(t, Config{MaxAttempts: 1}, tc.status)
+			if res.Stale != 1 {
+				t.Fatalf("%+v, want the outcome stale", res)
+			}
+			delivered := testutil.ToFloat64(e.eng.m.delivered.WithLabelValues("a"))
+			dead := testutil.ToFloat64(e.eng.m.dead.WithLabelValues("a", store.ReasonMaxAttempts))
+			if delivered != 0 || dead != 0 {
+				t.Fatalf("metrics after a stale outcome: deliveries_delivered_total %v, deliveries_dead_total %v; the store has it leased by another claim, want 0 and 0 (drain result %+v)",
+					delivered, dead, res)
+			}
+		})
 	}
 }
 

@@ -763,22 +763,30 @@ func TestMigrateNewStoreID(t *testing.T) {
 	}
 }
 
+// lockDB takes the write lock of the CLI's database as another process would, with a write
+// transaction (BEGIN IMMEDIATE takes it at once), until the transaction ends or the test does.
+func (c *cli) lockDB() *sql.Tx {
+	c.t.Helper()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(c.dir, "edgehook.db")+"?_txlock=immediate")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { db.Close() })
+	tx, err := db.Begin()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { tx.Rollback() })
+	return tx
+}
+
 // TestLockedDatabase: a write that waits past --busy-timeout for another process's lock fails
 // with exit 1, one line that says so, and nothing written.
 func TestLockedDatabase(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
 	c.ok("migrate")
-	// Another process's write transaction: BEGIN IMMEDIATE takes the write lock at once.
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(c.dir, "edgehook.db")+"?_txlock=immediate")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	tx, err := db.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := c.lockDB()
 	r := c.run("--busy-timeout", "100ms", "emit", "--id", "locked", "--type", "a.b", "--data", "1")
 	if line := strings.TrimSuffix(r.stderr, "\n"); r.code != 1 || strings.Contains(line, "\n") ||
 		!strings.Contains(line, "locked") || !strings.Contains(line, "--busy-timeout 100ms") {

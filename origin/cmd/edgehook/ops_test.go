@@ -3,7 +3,6 @@ package main_test
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"fmt"
 	"net"
 	"net/http"
@@ -27,16 +26,7 @@ func TestSIGTERMDuringStartupExitsZero(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
 	c.ok("migrate")
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(c.dir, "edgehook.db")+"?_txlock=immediate")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	tx, err := db.Begin() // another process's write lock, held while the commands start
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
+	c.lockDB() // held while the commands start
 	for _, args := range [][]string{{"serve", "--listen", "127.0.0.1:0"}, {"drain", "--for", "30s"}} {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		cmd := c.command(ctx, append([]string{"--busy-timeout", "5s"}, args...)...)

@@ -133,3 +133,64 @@ func TestEdgeMode(t *testing.T) {
 		})
 	}
 }
+
+// TestEdgeFaultsAreTheOperators checks that what goes wrong between the origin and the edge is not
+// held against the subscriber: with one attempt allowed and a circuit that opens at the first
+// failure, the delivery stays pending and the circuit closed. A subscriber's own failure relayed
+// by the edge, the control, is dead at once and opens it.
+func TestEdgeFaultsAreTheOperators(t *testing.T) {
+	t.Parallel()
+	closed := newSink(t, status(200))
+	closed.Close() // a port nothing listens on: the dial is refused
+	for _, tc := range []struct {
+		name    string
+		edgeURL func(e *env) string // "" for no edge URL at all
+		class   string
+		dead    bool
+	}{
+		{name: "no edge URL", edgeURL: func(*env) string { return "" }, class: classConfig},
+		{name: "edge refuses connections", edgeURL: func(*env) string { return closed.URL }, class: classEdgeDown},
+		{name: "answer without an outcome", edgeURL: func(e *env) string {
+			return newSink(e.t, status(502)).URL
+		}, class: classEdgeError},
+		{name: "edge rejects the hop", edgeURL: func(e *env) string {
+			return fakeEdge(e.t, e, []signature.Secret{edgeSecret(e.t)}, outcome(wire.OutcomeForwarded, 200)).URL
+		}, class: classEdgeRejected},
+		{name: "subscriber unreachable (control)", edgeURL: func(e *env) string {
+			return newSink(e.t, func(w http.ResponseWriter, _ *recorded) {
+				w.Header().Set(wire.HeaderOutcome, string(wire.OutcomeUpstreamUnreachable))
+				w.WriteHeader(502)
+			}).URL
+		}, class: classConnection, dead: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, Config{MaxAttempts: 1, CircuitThreshold: 1})
+			cfg := e.eng.cfg
+			cfg.EdgeURL, cfg.EdgeSecrets, cfg.AllowNetworks = tc.edgeURL(e), []signature.Secret{edgeSecret(t)}, nil
+			eng, err := New(e.st, cfg, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.eng = eng
+			e.sub(store.SubscriberInput{ID: "s", URL: "https://subscriber.example/", Mode: store.ModeEdge})
+			e.emit("e1", "t", `{}`)
+			e.drain()
+			d := e.only()
+			wantStatus := store.StatusPending
+			if tc.dead {
+				wantStatus = store.StatusDead
+			}
+			if d.Status != wantStatus || len(d.AttemptLog) != 1 || d.AttemptLog[0].Outcome != tc.class {
+				t.Fatalf("delivery %s with attempts %+v; want %s after one attempt of %s", d.Status, d.AttemptLog, wantStatus, tc.class)
+			}
+			st, err := e.st.Stats(context.Background(), e.clk.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Subscribers[0].CircuitOpen != tc.dead {
+				t.Fatalf("circuit open %v, want %v", st.Subscribers[0].CircuitOpen, tc.dead)
+			}
+		})
+	}
+}

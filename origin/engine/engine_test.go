@@ -416,22 +416,6 @@ func TestMetricsRegistered(t *testing.T) {
 	}
 }
 
-func TestEdgeModeWithoutEdgeURLIsAConfigError(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, Config{CircuitThreshold: 1})
-	e.sub(store.SubscriberInput{ID: "s", URL: "https://subscriber.example/", Mode: store.ModeEdge})
-	e.emit("e1", "t", `{}`)
-	e.drain()
-	d := e.only()
-	if d.Status != store.StatusPending || d.AttemptLog[0].Outcome != classConfig {
-		t.Fatalf("delivery %s, outcome %q; want pending and %s", d.Status, d.AttemptLog[0].Outcome, classConfig)
-	}
-	st, _ := e.st.Stats(context.Background(), e.clk.Now())
-	if st.Subscribers[0].CircuitOpen {
-		t.Fatal("the operator's mistake opened the subscriber's circuit")
-	}
-}
-
 // TestSlowSubscriberDoesNotHoldOthersBack fills most of the engine's slots with sends to a
 // subscriber that does not answer and checks another subscriber is still served.
 func TestSlowSubscriberDoesNotHoldOthersBack(t *testing.T) {

@@ -31,7 +31,7 @@ func newMetrics(st *store.Store, now func() time.Time, reg prometheus.Registerer
 	}
 	m := &metrics{
 		delivered:      counter("deliveries_delivered_total", "Deliveries acknowledged (2xx, or an edge duplicate).", "subscriber"),
-		failed:         counter("delivery_failures_total", "Failed attempts by class (http_4xx, http_5xx, timeout, connection, throttled, gone, blocked_address, edge_rejected, edge_error).", "subscriber", "class"),
+		failed:         counter("delivery_failures_total", "Failed attempts by class (http_4xx, http_5xx, timeout, connection, throttled, gone, blocked_address, edge_rejected, edge_error, edge_unreachable, misconfigured).", "subscriber", "class"),
 		retried:        counter("deliveries_retried_total", "Failed attempts that were scheduled again.", "subscriber"),
 		dead:           counter("deliveries_dead_total", "Deliveries given up by the engine, by reason.", "subscriber", "reason"),
 		coalesced:      counter("edge_coalesced_total", "Sends the edge answered with coalesced (rescheduled, no attempt counted).", "subscriber"),

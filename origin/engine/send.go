@@ -137,9 +137,22 @@ const (
 	classConnection   = "connection"
 	classBlocked      = "blocked_address"
 	classEdgeRejected = "edge_rejected"
-	classEdgeError    = "edge_error"    // no or unknown outcome header from the edge
-	classConfig       = "misconfigured" // the request could not be built (no edge URL, no secret)
+	classEdgeError    = "edge_error"       // no or unknown outcome header from the edge
+	classEdgeDown     = "edge_unreachable" // no connection to the edge
+	classConfig       = "misconfigured"    // the request could not be built (no edge URL, no secret)
 )
+
+// operatorFault reports whether a failure class is the operator's to fix (the edge, its URL, its
+// secret) rather than the subscriber's. Such a failure is retried with backoff, counts against
+// neither the subscriber's circuit nor the delivery's attempts, and makes a delivery dead only by
+// age: an edge that is down for an hour must not dead-letter every delivery it held up.
+func operatorFault(class string) bool {
+	switch class {
+	case classEdgeRejected, classEdgeError, classEdgeDown, classConfig:
+		return true
+	}
+	return false
+}
 
 // configError marks a request that could not be built: the operator's problem, not the
 // subscriber's, so it does not count against the circuit.
@@ -315,7 +328,14 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 		case errors.Is(r.err, context.DeadlineExceeded), errors.As(r.err, &ne) && ne.Timeout():
 			class = classTimeout
 		}
-		return fail(class, r.err.Error(), class != classBlocked && class != classConfig)
+		// Through the edge, a failed connection is the edge's: it answers upstream_unreachable
+		// for the subscriber's. A timeout past the dial is not: the subscriber may be slow.
+		var oe *net.OpError
+		if sub.Mode == store.ModeEdge && (class == classConnection || errors.As(r.err, &oe) && oe.Op == "dial") {
+			class = classEdgeDown
+			e.log.Error("EDGE UNREACHABLE: check --edge-url and the edge", "subscriber", sub.ID, "delivery", c.DeliveryID, "error", r.err)
+		}
+		return fail(class, r.err.Error(), class != classBlocked && !operatorFault(class))
 	}
 	if sub.Mode == store.ModeEdge {
 		o, err := wire.ParseOutcome(r.outcome)
@@ -383,13 +403,13 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 	return fail(class, fmt.Sprintf("subscriber answered %d", r.status), true)
 }
 
-// retry schedules another attempt at `at`, unless the delivery has used its attempts (edge
-// rejections excepted: they are the operator's problem, not the subscriber's) or its age.
+// retry schedules another attempt at `at`, unless the delivery has used its attempts (an
+// operator's fault excepted) or its age.
 func (e *Engine) retry(c store.Claimed, set store.Settlement, class string, at, now time.Time) store.Settlement {
 	switch {
 	case now.Sub(c.AgeFrom) >= e.cfg.MaxAge:
 		set.Result, set.Reason = store.ResultDead, store.ReasonMaxAge
-	case c.Attempts+1 >= e.cfg.MaxAttempts && class != classEdgeRejected:
+	case c.Attempts+1 >= e.cfg.MaxAttempts && !operatorFault(class):
 		set.Result, set.Reason = store.ResultDead, store.ReasonMaxAttempts
 	default:
 		set.Result, set.NextAttemptAt = store.ResultRetry, at

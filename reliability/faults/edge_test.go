@@ -51,21 +51,22 @@ func freePort(t *testing.T) string {
 }
 
 // TestEdgeDown points the origin at an edge address where nothing listens: each attempt fails
-// as a connection error and is retried with backoff (the subscriber stays active), and once the
-// edge comes up there, the delivery goes through, once.
+// as edge_unreachable and is retried with backoff, past --max-attempts (the operator's fault, not
+// the subscriber's: it stays active), and once the edge comes up there, the delivery goes through,
+// once.
 func TestEdgeDown(t *testing.T) {
 	t.Parallel()
 	sink := rig.NewSink(t, nil)
 	secret := newSecret(t)
 	db, kv := edgeSetup(t, map[string]string{"sub": sink.URL() + "/hook"}, "2s")
 	addr := freePort(t)
-	o := rig.Serve(t, db, append(append([]string{}, fastRetry...), "--max-attempts", "1000", "--edge-url", "http://"+addr, "--edge-secret", secret)...)
+	o := rig.Serve(t, db, append(append([]string{}, fastRetry...), "--max-attempts", "2", "--edge-url", "http://"+addr, "--edge-secret", secret)...)
 	e := &env{o: o, db: db, inspect: rig.OpenDB(t, db)}
 	e.emit(t, "evt_down")
 	rig.Eventually(t, 20*time.Second, "three refused attempts", func() bool { return len(e.inspect.Attempts(t, "evt_down", "sub")) >= 3 })
 	for _, a := range e.inspect.Attempts(t, "evt_down", "sub") {
-		if a.Outcome != "connection" || a.Status != 0 {
-			t.Errorf("attempt %+v while the edge is down, want a connection failure", a)
+		if a.Outcome != "edge_unreachable" || a.Status != 0 {
+			t.Errorf("attempt %+v while the edge is down, want edge_unreachable", a)
 		}
 	}
 	if st := e.inspect.SubscriberState(t, "sub"); st != "active" {

@@ -28,8 +28,11 @@ func init() {
 
 func main() {
 	// SIGINT and SIGTERM cancel the context: serve and drain stop claiming, finish or release what
-	// is in flight, and exit 0.
+	// is in flight, and exit 0. A second signal kills the process at once (the default action):
+	// an operator who presses Ctrl-C twice means it, and a kill loses nothing committed, the
+	// leases of what was in flight expire and it is sent again.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop)
 	err := rootCmd.ExecuteContext(ctx)
 	stop()
 	if err != nil {

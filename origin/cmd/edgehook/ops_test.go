@@ -3,11 +3,13 @@ package main_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -113,5 +115,59 @@ func TestServeStopsClaimingOnSIGTERM(t *testing.T) {
 		if id == "late" {
 			t.Fatalf("serve claimed and sent an event written after SIGTERM; log:\n%s", srv.logs.String())
 		}
+	}
+}
+
+// TestSecondSIGTERMKills: the first SIGTERM stops serve gracefully, which waits for a send in
+// flight (here one to a subscriber that never answers, within a grace of a minute); a second
+// SIGTERM ends the process at once, by the signal.
+func TestSecondSIGTERMKills(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	arrived, hang := make(chan struct{}, 1), make(chan struct{})
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-hang
+	}))
+	defer recv.Close()
+	defer close(hang)
+	srv := startServe(t, c, "--allow-network", "127.0.0.0/8", "--poll-interval", "50ms", "--shutdown-grace", "1m")
+	if code, body := srv.call(t, "POST", "/v1/subscribers", "", `{"url":"`+recv.URL+`/hook","events":["*"],"timeout_ms":60000}`); code != http.StatusCreated {
+		t.Fatalf("create subscriber: %d %s", code, body)
+	}
+	if code, body := srv.call(t, "POST", "/v1/events", "", `{"type":"a.b","data":{}}`); code != http.StatusAccepted {
+		t.Fatalf("emit: %d %s", code, body)
+	}
+	select {
+	case <-arrived:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the send did not reach the subscriber within 30s")
+	}
+	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// The first signal is handled once the listener is closed.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(srv.base, "http://"))
+		if err != nil {
+			break
+		}
+		conn.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("serve still accepts connections 10s after SIGTERM")
+		}
+	}
+	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-srv.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve still running 10s after a second SIGTERM")
+	}
+	err := srv.cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
+		t.Fatalf("serve ended with %v, want killed by SIGTERM; log:\n%s", err, srv.logs.String())
 	}
 }

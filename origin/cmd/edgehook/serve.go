@@ -35,7 +35,9 @@ func init() {
 		Short: "Run the HTTP API and the delivery engine until SIGTERM or SIGINT",
 		Long: `Serve runs the HTTP API (see docs/openapi.yaml) and the delivery engine on the database file.
 On SIGTERM or SIGINT it stops accepting requests and claiming deliveries, lets requests and sends in
-flight finish for up to --shutdown-grace, releases what is left, and exits 0.
+flight finish for up to --shutdown-grace, releases what is left, and exits 0. A second signal
+ends it at once: nothing committed is lost, and what was in flight is sent again once its lease
+expires.
 
 Listening on anything but a loopback address requires at least one --token.`,
 		Example: `  edgehook serve

@@ -537,6 +537,8 @@ func (s *Store) finishHistories(ctx context.Context) error {
 }
 
 // PauseSubscriber stops sending to a subscriber; its deliveries keep queueing. reason is recorded.
+// A disabled subscriber paused queues new events again (while the endpoint is being fixed); the
+// deliveries it held stay held until a resume.
 func (s *Store) PauseSubscriber(ctx context.Context, id, reason string) (*Subscriber, error) {
 	return s.setState(ctx, id, StatePaused, reason)
 }

@@ -38,7 +38,7 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, error) {
 		}
 		return time.Duration(n) * time.Second, nil
 	}
-	t, err := parseHTTPDate(v)
+	t, err := parseHTTPDate(v, now)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %q is neither delta-seconds nor an HTTP-date", ErrRetryAfter, v)
 	}
@@ -58,17 +58,40 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, error) {
 // late on a machine in New York, an unknown one as GMT).
 var httpDateFormats = []string{
 	"Mon, 02 Jan 2006 15:04:05 GMT",
-	"Monday, 02-Jan-06 15:04:05 GMT",
+	rfc850,
 	time.ANSIC,
 }
 
+const rfc850 = "Monday, 02-Jan-06 15:04:05 GMT"
+
 // parseHTTPDate reads v in one of httpDateFormats. time.Parse is looser than the forms (any case,
 // a fraction of a second, a one-digit hour, any weekday): the date must also read back as written.
-func parseHTTPDate(v string) (time.Time, error) {
+func parseHTTPDate(v string, now time.Time) (time.Time, error) {
 	for _, layout := range httpDateFormats {
-		if t, err := time.Parse(layout, v); err == nil && t.Format(layout) == v {
+		t, err := time.Parse(layout, v)
+		if err != nil {
+			continue
+		}
+		if layout == rfc850 {
+			t = nearestCentury(t, now)
+		}
+		if t.Format(layout) == v {
 			return t, nil
 		}
 	}
 	return time.Time{}, errors.New("not an HTTP-date")
+}
+
+// nearestCentury moves a date read from a two-digit year to the century RFC 9110 asks for: the
+// year within 50 years of now, a later one only if it is at most 50 years ahead (time.Parse puts
+// 69–99 in the 1900s whatever the date is now).
+func nearestCentury(t, now time.Time) time.Time {
+	year := now.Year() - now.Year()%100 + t.Year()%100
+	switch {
+	case year > now.Year()+50:
+		year -= 100
+	case year <= now.Year()-50:
+		year += 100
+	}
+	return t.AddDate(year-t.Year(), 0, 0)
 }

@@ -76,3 +76,24 @@ func TestParseRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// TestRetryAfterTwoDigitYear: an RFC 850 date's two-digit year is the one within 50 years of now
+// (RFC 9110 §5.6.7), not time.Parse's fixed 1969–2068: in 2069, "69" is this year.
+func TestRetryAfterTwoDigitYear(t *testing.T) {
+	t.Parallel()
+	const layout = "Monday, 02-Jan-06 15:04:05 GMT"
+	for _, now := range []time.Time{
+		time.Date(2069, 6, 1, 12, 0, 0, 0, time.UTC),
+		time.Date(2099, 12, 31, 23, 0, 0, 0, time.UTC), // "00" is next year
+		time.Date(1994, 11, 6, 8, 49, 37, 0, time.UTC),
+	} {
+		v := now.Add(2 * time.Hour).Format(layout)
+		if got, err := wire.ParseRetryAfter(v, now); err != nil || got != 2*time.Hour {
+			t.Errorf("now %s: ParseRetryAfter(%q) = %s, %v; want 2h", now, v, got, err)
+		}
+	}
+	// 29 February 2000 exists, 29 February 2100 does not: read in 2099, "00" is 2100.
+	if _, err := wire.ParseRetryAfter("Tuesday, 29-Feb-00 00:00:00 GMT", time.Date(2099, 12, 31, 0, 0, 0, 0, time.UTC)); !errors.Is(err, wire.ErrRetryAfter) {
+		t.Errorf("29-Feb-00 read in 2099: %v, want an error", err)
+	}
+}

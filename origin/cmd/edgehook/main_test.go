@@ -657,13 +657,20 @@ func (s *server) call(t *testing.T, method, path, token, body string) (int, []by
 // stop sends SIGTERM and returns the whole log and the exit error.
 func (s *server) stop(t *testing.T) (string, error) {
 	t.Helper()
+	return s.stopWithin(t, 30*time.Second)
+}
+
+// stopWithin sends SIGTERM, fails the test unless serve exits within d, and returns the whole log
+// and the exit error.
+func (s *server) stopWithin(t *testing.T, d time.Duration) (string, error) {
+	t.Helper()
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case <-s.done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not stop within 30s of SIGTERM")
+	case <-time.After(d):
+		t.Fatalf("serve did not stop within %s of SIGTERM", d)
 	}
 	err := s.cmd.Wait()
 	return s.logs.String(), err

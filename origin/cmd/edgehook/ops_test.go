@@ -157,17 +157,9 @@ func TestSecondSIGTERMKills(t *testing.T) {
 			t.Fatal("serve still accepts connections 10s after SIGTERM")
 		}
 	}
-	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-srv.done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("serve still running 10s after a second SIGTERM")
-	}
-	err := srv.cmd.Wait()
+	logs, err := srv.stopWithin(t, 10*time.Second)
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
-		t.Fatalf("serve ended with %v, want killed by SIGTERM; log:\n%s", err, srv.logs.String())
+		t.Fatalf("serve ended with %v after a second SIGTERM, want killed by it; log:\n%s", err, logs)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -388,10 +389,19 @@ func stripped(k string) bool {
 }
 
 // forwardHeader appends to out the headers sent to the subscriber: the origin's, minus the
-// stripped ones, plus the record's extra headers.
+// stripped ones and those its Connection header names (options of the origin's connection, RFC
+// 9110 §7.6.1), plus the record's extra headers.
 func forwardHeader(out, in Header, extra map[string]string) Header {
+	var options []string // mostly none: the origin sends no Connection header
 	for _, f := range in {
-		if !stripped(f.Name) {
+		if f.Name == "connection" {
+			for o := range strings.SplitSeq(f.Value, ",") {
+				options = append(options, strings.ToLower(strings.TrimSpace(o)))
+			}
+		}
+	}
+	for _, f := range in {
+		if !stripped(f.Name) && (options == nil || !slices.Contains(options, f.Name)) {
 			out = append(out, f)
 		}
 	}

@@ -125,6 +125,9 @@ func TestDecodeSubscriberRecordErrors(t *testing.T) {
 		{"port 65536", rec("url", `"http://h.example:65536/x"`), "url", "outside 1–65535"},
 		{"unparsable", rec("url", `"http://h.example/%zz"`), "url", "is not a URL"},
 		{"empty url", rec("url", `""`), "url", "absolute http or https"},
+		{"space in the query", rec("url", `"https://h.example/x?team=a b"`), "url", `' ' in its query: percent-encode it (%20)`},
+		{"quote in the query", rec("url", `"https://h.example/x?q=\"a\""`), "url", `'"' in its query`},
+		{"non-ASCII in the query", rec("url", `"https://h.example/x?city=Zürich"`), "url", `'ü' in its query: percent-encode it (%C3%BC)`},
 
 		{"timeout below 100 ms", rec("timeout_ms", "99"), "timeout_ms", "99 is outside [100, 60000]"},
 		{"timeout above 60 s", rec("timeout_ms", "60001"), "timeout_ms", "outside [100, 60000]"},

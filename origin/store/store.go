@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -172,6 +173,20 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	return openVersion(ctx, opts, 0)
 }
 
+// createPrivate creates the database file, if it is new, readable by its owner only: it holds
+// every subscriber's signing secret, and SQLite gives its -wal and -shm files the database file's
+// mode. An existing file keeps the mode its operator chose.
+func createPrivate(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
 // openVersion is Open migrating to the given schema version (0: the latest); tests build older
 // databases with it.
 func openVersion(ctx context.Context, opts Options, version int) (*Store, error) {
@@ -195,6 +210,9 @@ func openVersion(ctx context.Context, opts Options, version int) (*Store, error)
 		q.Add("_pragma", "temp_store(MEMORY)")
 		// SQLite decodes %HH in a URI's path: a '%' of the file's name is written %25.
 		return "file:" + strings.ReplaceAll(opts.Path, "%", "%25") + "?" + q.Encode() + extra
+	}
+	if err := createPrivate(opts.Path); err != nil {
+		return nil, fmt.Errorf("open %s: %w", opts.Path, err)
 	}
 	// The writer does not checkpoint: checkpointLoop does, from its own connection.
 	w, err := sql.Open("sqlite", dsn("&_pragma=journal_mode(WAL)&_pragma=wal_autocheckpoint(0)&_txlock=immediate"))

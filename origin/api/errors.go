@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -26,6 +27,10 @@ const (
 	CodeUnavailable      = "unavailable"
 	CodeInternal         = "internal"
 )
+
+// StatusClientClosed is the status recorded (access log, edgehook_http_requests_total) for a
+// request whose client went away before its answer; nothing is sent.
+const StatusClientClosed = 499
 
 // Error is the one error type that reaches the HTTP boundary: it carries its status and the JSON
 // body {code, message, field}. Handlers return it (or a store error that ToError maps to it), and
@@ -104,6 +109,14 @@ func ToError(err error) *Error {
 // with the request id (the cause never carries payloads or secrets: the store does not put them
 // in errors).
 func (s *Server) errorHandler(err error, c echo.Context) {
+	if errors.Is(err, context.Canceled) && c.Request().Context().Err() != nil && !c.Response().Committed {
+		// The client went away while the handler waited (for the database's lock, most often): no
+		// failure of the server's, and no answer reaches anyone. Recorded as 499, as nginx does,
+		// so that an alert on 5xx is not paged by clients' timeouts.
+		s.log.Info("client went away before the answer", "request_id", requestID(c), "route", c.Path())
+		c.Response().WriteHeader(StatusClientClosed)
+		return
+	}
 	e := ToError(err)
 	if e.Status >= 500 {
 		s.log.Error("request failed", "request_id", requestID(c), "status", e.Status, "code", e.Code, "err", e.Err)

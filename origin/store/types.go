@@ -17,7 +17,7 @@ const (
 	ProfileStandard Profile = "standard"
 	// ProfileLegacy sends X-<Prefix>-Timestamp and X-<Prefix>-Signature. It carries one signature,
 	// so during a rotation it signs with the oldest secret that has not expired: the one the
-	// receiver is already configured with. The receiver must switch before that secret expires.
+	// receiver is already configured with. The receiver switches when that secret expires.
 	ProfileLegacy Profile = "legacy"
 )
 

@@ -281,10 +281,7 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), http.StatusUnauthorized)
 		return
 	}
-	id := req.Header.Get(wire.HeaderWebhookID)
-	if r.legacyPrefix != "" {
-		id = "(legacy profile carries no id)"
-	}
+	id := req.Header.Get(wire.HeaderWebhookID) // the legacy profile carries it too, unsigned
 	r.say("received  %-16s %s  signature verified  %s", r.id, id, body)
 	w.WriteHeader(http.StatusNoContent)
 }

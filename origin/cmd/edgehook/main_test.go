@@ -6,8 +6,10 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -825,6 +827,12 @@ func TestReadOnlyDatabase(t *testing.T) {
 		}
 		if err := os.Chmod(c.dir, 0o777); err != nil {
 			t.Fatal(err)
+		}
+		// A new database is its owner's only: this one is made readable by others.
+		for _, f := range []string{db, db + "-wal", db + "-shm"} {
+			if err := os.Chmod(f, 0o644); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				t.Fatal(err)
+			}
 		}
 		c.asNobody = true
 	} else if err := os.Chmod(db, 0o444); err != nil {

@@ -311,6 +311,10 @@ func init() {
 			}
 			return api.NewSubscriberWithSecret(sub), nil
 		})
+	rotateCmd.Long = `Rotate-secret makes a new signing secret, printed this once; the old one stays valid for --overlap.
+Standard-profile deliveries carry a signature by each valid secret. A legacy-profile subscriber
+carries one, made with the old secret until the overlap ends: its receiver switches then (or at
+once with --overlap 0s, what it refuses meanwhile being retried).`
 	rotateCmd.Flags().DurationVar(&overlap, "overlap", api.DefaultOverlap, "how long the old secret stays valid (0s: ends at once)")
 
 	removeCmd := idCommand("remove ID", "Delete a subscriber and its queue", func(ctx context.Context, st *store.Store, id string) (any, error) {

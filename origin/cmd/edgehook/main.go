@@ -27,18 +27,32 @@ func init() {
 }
 
 func main() {
-	// SIGINT and SIGTERM cancel the context: serve and drain stop claiming, finish or release what
-	// is in flight, and exit 0. A second signal kills the process at once (the default action):
-	// an operator who presses Ctrl-C twice means it, and a kill loses nothing committed, the
-	// leases of what was in flight expire and it is sent again.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	context.AfterFunc(ctx, stop)
+	ctx := stopOnSignals()
 	err := rootCmd.ExecuteContext(ctx)
-	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "edgehook: "+oneLine(err)+busyHint(err))
 		os.Exit(exitCode(err))
 	}
+}
+
+// stopOnSignals returns a context that SIGINT or SIGTERM cancels: serve and drain stop claiming,
+// finish or release what is in flight, and exit 0. A second signal ends the process at once, with
+// the shell's status for it (130, 143): an operator who presses Ctrl-C twice means it, and an exit
+// loses nothing committed, the leases of what was in flight expire and it is sent again. Handled
+// here rather than by restoring the default action, which is to ignore SIGINT in a process
+// started in the background by a shell.
+func stopOnSignals() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sigs
+		cancel()
+		sig := <-sigs
+		fmt.Fprintln(os.Stderr, "edgehook: a second "+sig.String()+": stopping at once")
+		os.Exit(128 + int(sig.(syscall.Signal)))
+	}()
+	return ctx
 }
 
 // usageError is a mistake on the command line (a flag, a value or an argument): exit status 2.

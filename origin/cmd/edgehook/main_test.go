@@ -69,6 +69,8 @@ type cli struct {
 	dir      string
 	env      []string
 	asNobody bool // run as the user nobody (the test runs as root)
+	// Start with SIGINT ignored, as a shell starts `edgehook serve &`.
+	ignoreSIGINT bool
 }
 
 func newCLI(t *testing.T) *cli {
@@ -82,6 +84,9 @@ const runLimit = 2 * time.Minute
 
 func (c *cli) command(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, bin, args...)
+	if c.ignoreSIGINT {
+		cmd = exec.CommandContext(ctx, "/bin/sh", append([]string{"-c", `trap '' INT; exec "$0" "$@"`, bin}, args...)...)
+	}
 	cmd.Dir = c.dir
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + c.dir}, c.env...)
 	if c.asNobody {
@@ -659,20 +664,20 @@ func (s *server) call(t *testing.T, method, path, token, body string) (int, []by
 // stop sends SIGTERM and returns the whole log and the exit error.
 func (s *server) stop(t *testing.T) (string, error) {
 	t.Helper()
-	return s.stopWithin(t, 30*time.Second)
+	return s.signalWithin(t, syscall.SIGTERM, 30*time.Second)
 }
 
-// stopWithin sends SIGTERM, fails the test unless serve exits within d, and returns the whole log
+// signalWithin sends sig, fails the test unless serve exits within d, and returns the whole log
 // and the exit error.
-func (s *server) stopWithin(t *testing.T, d time.Duration) (string, error) {
+func (s *server) signalWithin(t *testing.T, sig syscall.Signal, d time.Duration) (string, error) {
 	t.Helper()
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := s.cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case <-s.done:
 	case <-time.After(d):
-		t.Fatalf("serve did not stop within %s of SIGTERM", d)
+		t.Fatalf("serve did not stop within %s of %s", d, sig)
 	}
 	err := s.cmd.Wait()
 	return s.logs.String(), err

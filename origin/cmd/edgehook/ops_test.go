@@ -118,48 +118,60 @@ func TestServeStopsClaimingOnSIGTERM(t *testing.T) {
 	}
 }
 
-// TestSecondSIGTERMKills: the first SIGTERM stops serve gracefully, which waits for a send in
-// flight (here one to a subscriber that never answers, within a grace of a minute); a second
-// SIGTERM ends the process at once, by the signal.
-func TestSecondSIGTERMKills(t *testing.T) {
+// TestSecondSignalExits: the first SIGTERM or SIGINT stops serve gracefully, which waits for a
+// send in flight (here one to a subscriber that never answers, within a grace of a minute); a
+// second signal ends the process at once, with the shell's status for it. Also for SIGINT when
+// serve was started with it ignored, as a shell starts `edgehook serve &`: restoring the default
+// action there would have ignored the second one.
+func TestSecondSignalExits(t *testing.T) {
 	t.Parallel()
-	c := newCLI(t)
-	arrived, hang := make(chan struct{}, 1), make(chan struct{})
-	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		arrived <- struct{}{}
-		<-hang
-	}))
-	defer recv.Close()
-	defer close(hang)
-	srv := startServe(t, c, "--allow-network", "127.0.0.0/8", "--poll-interval", "50ms", "--shutdown-grace", "1m")
-	if code, body := srv.call(t, "POST", "/v1/subscribers", "", `{"url":"`+recv.URL+`/hook","events":["*"],"timeout_ms":60000}`); code != http.StatusCreated {
-		t.Fatalf("create subscriber: %d %s", code, body)
-	}
-	if code, body := srv.call(t, "POST", "/v1/events", "", `{"type":"a.b","data":{}}`); code != http.StatusAccepted {
-		t.Fatalf("emit: %d %s", code, body)
-	}
-	select {
-	case <-arrived:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the send did not reach the subscriber within 30s")
-	}
-	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	// The first signal is handled once the listener is closed.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		conn, err := net.Dial("tcp", strings.TrimPrefix(srv.base, "http://"))
-		if err != nil {
-			break
-		}
-		conn.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("serve still accepts connections 10s after SIGTERM")
-		}
-	}
-	logs, err := srv.stopWithin(t, 10*time.Second)
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
-		t.Fatalf("serve ended with %v after a second SIGTERM, want killed by it; log:\n%s", err, logs)
+	for _, tc := range []struct {
+		sig          syscall.Signal
+		ignoreSIGINT bool
+		status       int
+	}{{syscall.SIGTERM, false, 143}, {syscall.SIGINT, true, 130}} {
+		t.Run(tc.sig.String(), func(t *testing.T) {
+			t.Parallel()
+			c := newCLI(t)
+			c.ignoreSIGINT = tc.ignoreSIGINT
+			arrived, hang := make(chan struct{}, 1), make(chan struct{})
+			recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				arrived <- struct{}{}
+				<-hang
+			}))
+			defer recv.Close()
+			defer close(hang)
+			srv := startServe(t, c, "--allow-network", "127.0.0.0/8", "--poll-interval", "50ms", "--shutdown-grace", "1m")
+			if code, body := srv.call(t, "POST", "/v1/subscribers", "", `{"url":"`+recv.URL+`/hook","events":["*"],"timeout_ms":60000}`); code != http.StatusCreated {
+				t.Fatalf("create subscriber: %d %s", code, body)
+			}
+			if code, body := srv.call(t, "POST", "/v1/events", "", `{"type":"a.b","data":{}}`); code != http.StatusAccepted {
+				t.Fatalf("emit: %d %s", code, body)
+			}
+			select {
+			case <-arrived:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the send did not reach the subscriber within 30s")
+			}
+			if err := srv.cmd.Process.Signal(tc.sig); err != nil {
+				t.Fatal(err)
+			}
+			// The first signal is handled once the listener is closed.
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				conn, err := net.Dial("tcp", strings.TrimPrefix(srv.base, "http://"))
+				if err != nil {
+					break
+				}
+				conn.Close()
+				if time.Now().After(deadline) {
+					t.Fatalf("serve still accepts connections 10s after %s", tc.sig)
+				}
+			}
+			logs, err := srv.signalWithin(t, tc.sig, 10*time.Second)
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != tc.status {
+				t.Fatalf("serve ended with %v after a second %s, want exit status %d; log:\n%s", err, tc.sig, tc.status, logs)
+			}
+		})
 	}
 }

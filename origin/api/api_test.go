@@ -106,7 +106,12 @@ func TestEmitBatch(t *testing.T) {
 
 	tooMany := append(events, api.EventRequest{ID: "x", Type: "a", Data: json.RawMessage(`1`)})
 	e.do("POST", "/v1/events/batch", api.BatchRequest{Events: tooMany}).wantError(t, http.StatusUnprocessableEntity, api.CodeInvalid, "events")
-	e.do("POST", "/v1/events/batch", `{"events":[]}`).wantError(t, http.StatusUnprocessableEntity, api.CodeInvalid, "events")
+	if got := e.do("POST", "/v1/events/batch", `{"events":[]}`).wantError(t, http.StatusUnprocessableEntity, api.CodeInvalid, "events"); got.Message != "is empty: send at least one event" {
+		t.Errorf(`{"events":[]}: message %q, want one saying the list is empty`, got.Message)
+	}
+	if got := e.do("POST", "/v1/events/batch", `{}`).wantError(t, http.StatusUnprocessableEntity, api.CodeInvalid, "events"); got.Message != "is required" {
+		t.Errorf(`{}: message %q, want "is required"`, got.Message)
+	}
 
 	// One bad event fails the whole batch, naming it, and writes nothing.
 	bad := []api.EventRequest{

@@ -63,8 +63,10 @@ func (s *Server) emitBatch(c echo.Context) error {
 		return err
 	}
 	switch n := len(req.Events); {
-	case n == 0:
+	case req.Events == nil:
 		return invalid("events", errRequired)
+	case n == 0:
+		return invalid("events", errors.New("is empty: send at least one event"))
 	case n > MaxBatch:
 		return invalid("events", fmt.Errorf("has %d events, the maximum is %d", n, MaxBatch))
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -173,5 +174,21 @@ func TestSecondSignalExits(t *testing.T) {
 				t.Fatalf("serve ended with %v after a second %s, want exit status %d; log:\n%s", err, tc.sig, tc.status, logs)
 			}
 		})
+	}
+}
+
+// TestStatsTableShowsEveryStatus: the stats table has a column for each status GET /v1/stats
+// counts, superseded deliveries too.
+func TestStatsTableShowsEveryStatus(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	c.ok("subscribers", "add", "--id", "co", "--url", "http://127.0.0.1:1/hook", "--events", "*",
+		"--coalesce-types", "video.*", "--coalesce-key", "video_id", "--coalesce-window", "30s")
+	c.ok("emit", "--type", "video.rank", "--data", `{"video_id":"v1","rank":2}`)
+	c.ok("emit", "--type", "video.rank", "--data", `{"video_id":"v1","rank":1}`)
+	out := c.ok("stats")
+	header := regexp.MustCompile(`(?m)^SUBSCRIBER +STATE +PENDING +LEASED +HELD +DEAD +DELIVERED +SUPERSEDED +OLDEST DUE +LAST MINUTE +CIRCUIT$`)
+	if !header.MatchString(out) || !regexp.MustCompile(`(?m)^co +active +1 +0 +0 +0 +0 +1 `).MatchString(out) {
+		t.Fatalf("stats table, want a SUPERSEDED column counting 1:\n%s", out)
 	}
 }

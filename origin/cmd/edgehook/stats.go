@@ -33,15 +33,15 @@ were delivered in the last minute.`,
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "depth: %d (pending and in flight)\n", v.Depth)
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "SUBSCRIBER\tSTATE\tPENDING\tLEASED\tHELD\tDEAD\tDELIVERED\tOLDEST DUE\tLAST MINUTE\tCIRCUIT")
+				fmt.Fprintln(tw, "SUBSCRIBER\tSTATE\tPENDING\tLEASED\tHELD\tDEAD\tDELIVERED\tSUPERSEDED\tOLDEST DUE\tLAST MINUTE\tCIRCUIT")
 				for _, sub := range v.Subscribers {
 					circuit := "closed"
 					if sub.CircuitOpen {
 						circuit = "open"
 					}
 					c := sub.Counts
-					fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%s\n", sub.SubscriberID, sub.State,
-						c[store.StatusPending], c[store.StatusLeased], c[store.StatusHeld], c[store.StatusDead], c[store.StatusDelivered],
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%s\n", sub.SubscriberID, sub.State,
+						c[store.StatusPending], c[store.StatusLeased], c[store.StatusHeld], c[store.StatusDead], c[store.StatusDelivered], c[store.StatusSuperseded],
 						time.Duration(sub.OldestDueAgeSeconds*float64(time.Second)).Round(time.Second), sub.DeliveredLastMinute, circuit)
 				}
 				return tw.Flush()

@@ -55,22 +55,34 @@ a running serve or the next drain sends them. The data is the webhook body, byte
 	rootCmd.AddCommand(cmd)
 }
 
-// eventData reads the event body from exactly one of --data and --data-file.
+// eventData reads the event body from exactly one of --data and --data-file, at most --body-limit.
 func eventData(cmd *cobra.Command, data, file string) ([]byte, error) {
 	hasData, hasFile := cmd.Flags().Changed("data"), cmd.Flags().Changed("data-file")
+	limit := int(global.bodyLimit)
 	switch {
 	case hasData && hasFile:
 		return nil, usagef("--data and --data-file: give one, not both")
+	case hasData && len(data) > limit:
+		return nil, usagef("--data: %d bytes, more than --body-limit %s", len(data), global.bodyLimit)
 	case hasData:
 		return []byte(data), nil
 	case !hasFile:
 		return nil, usagef("--data: required (or --data-file)")
-	case file == "-":
-		return io.ReadAll(io.LimitReader(cmd.InOrStdin(), int64(global.bodyLimit)+1))
 	}
-	b, err := os.ReadFile(file)
-	if err != nil {
+	var b []byte
+	var err error
+	if file == "-" {
+		b, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), int64(limit)+1)) // what is past the limit is not read
+	} else {
+		b, err = os.ReadFile(file)
+	}
+	switch {
+	case err != nil:
 		return nil, usagef("--data-file: %v", err)
+	case file == "-" && len(b) > limit:
+		return nil, usagef("--data-file: standard input holds more than --body-limit %s", global.bodyLimit)
+	case len(b) > limit:
+		return nil, usagef("--data-file: %d bytes, more than --body-limit %s", len(b), global.bodyLimit)
 	}
 	return b, nil
 }

@@ -192,3 +192,28 @@ func TestStatsTableShowsEveryStatus(t *testing.T) {
 		t.Fatalf("stats table, want a SUPERSEDED column counting 1:\n%s", out)
 	}
 }
+
+// TestEmitDataOverTheBodyLimit: data over --body-limit is refused with exit 2, naming the flag it
+// came from and the setting; from standard input, without claiming to know its size.
+func TestEmitDataOverTheBodyLimit(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	big := `"` + strings.Repeat("a", 2000) + `"`
+	if err := os.WriteFile(filepath.Join(c.dir, "big.json"), []byte(big), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		stdin string
+		args  []string
+		want  string
+	}{
+		{"", []string{"--data", big}, "edgehook: --data: 2002 bytes, more than --body-limit 1KiB\n"},
+		{"", []string{"--data-file", "big.json"}, "edgehook: --data-file: 2002 bytes, more than --body-limit 1KiB\n"},
+		{big, []string{"--data-file", "-"}, "edgehook: --data-file: standard input holds more than --body-limit 1KiB\n"},
+	} {
+		r := c.runIn(tc.stdin, append([]string{"emit", "--type", "a.b", "--body-limit", "1KiB"}, tc.args...)...)
+		if r.code != 2 || r.stderr != tc.want {
+			t.Errorf("emit %s: exit %d, stderr %q; want 2 and %q", tc.args[0], r.code, r.stderr, tc.want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -618,6 +619,32 @@ func TestDrainAppliesRetention(t *testing.T) {
 	}
 	if page, _ := e.st.ListDeliveries(context.Background(), store.DeliveryFilter{}); len(page.Deliveries) != 1 || page.Deliveries[0].EventID != "new" {
 		t.Fatalf("left: %+v", page.Deliveries)
+	}
+}
+
+// TestSettleBatchTakesADeliveryOnce: a delivery whose lease ran out mid-send can be claimed and
+// sent again by the same run, and both outcomes can queue together; the store refuses a batch
+// holding a delivery twice (every other outcome in it would be lost with it), so the second one
+// ends the batch and starts the next.
+func TestSettleBatchTakesADeliveryOnce(t *testing.T) {
+	r := &run{e: &Engine{cfg: Config{SettleBatch: 64}}, outcomes: make(chan store.Settlement, 4), slots: make(chan struct{}, 4)}
+	for _, it := range []store.Settlement{{Seq: 2}, {Seq: 1, LeaseToken: "second"}, {Seq: 3}} {
+		r.outcomes <- it
+	}
+	close(r.outcomes)
+	var batches [][]store.Settlement
+	batch := []store.Settlement{{Seq: 1, LeaseToken: "first"}}
+	for {
+		batches = append(batches, r.take(batch, nil))
+		first, ok := r.nextOutcome()
+		if !ok {
+			break
+		}
+		batch = []store.Settlement{first}
+	}
+	want := [][]store.Settlement{{{Seq: 1, LeaseToken: "first"}, {Seq: 2}}, {{Seq: 1, LeaseToken: "second"}, {Seq: 3}}}
+	if !reflect.DeepEqual(batches, want) {
+		t.Fatalf("batches %+v, want %+v", batches, want)
 	}
 }
 

@@ -42,7 +42,11 @@ type run struct {
 	cancelSends context.CancelFunc
 
 	outcomes chan store.Settlement
-	slots    chan struct{} // one token per delivery in flight
+	// carried is an outcome take kept for the next batch: a second one of a delivery already in
+	// the batch (sent again by a claim of this run after its lease ran out mid-send), which the
+	// store takes once per batch. The completer's alone.
+	carried *store.Settlement
+	slots   chan struct{} // one token per delivery in flight
 	// jobs hands claimed deliveries to long-lived senders: a goroutine per delivery cost its
 	// creation and, as each one's stack grew to what a send needs, a copy of it every time. There
 	// are as many senders as deliveries were ever in flight at once (guarded by writer), so one is
@@ -328,7 +332,11 @@ func (r *run) completer() {
 	defer gather.Stop()
 	// One buffer for every batch: the store keeps none of a batch once it is written.
 	buf := make([]store.Settlement, 0, r.e.cfg.SettleBatch)
-	for first := range r.outcomes {
+	for {
+		first, ok := r.nextOutcome()
+		if !ok {
+			return
+		}
 		gather.Reset(settleGather)
 		batch := r.take(append(buf[:0], first), gather.C)
 		r.writer.Lock()
@@ -446,11 +454,22 @@ func signal(ch chan struct{}) {
 	}
 }
 
+// nextOutcome returns the outcome carried over from the last batch, else the next to arrive; false
+// once the senders are done.
+func (r *run) nextOutcome() (store.Settlement, bool) {
+	if it := r.carried; it != nil {
+		r.carried = nil
+		return *it, true
+	}
+	it, ok := <-r.outcomes
+	return it, ok
+}
+
 // take adds queued outcomes to batch, up to SettleBatch. Until wait fires it also waits for those
 // of sends still in flight (every slot held but not in batch is one), unless they are all slow
-// or the batch has settleEnough.
+// or the batch has settleEnough. A second outcome of a delivery in the batch ends it, carried.
 func (r *run) take(batch []store.Settlement, wait <-chan time.Time) []store.Settlement {
-	for len(batch) < r.e.cfg.SettleBatch {
+	for len(batch) < r.e.cfg.SettleBatch && r.carried == nil {
 		if int64(len(r.slots)-len(batch)) <= r.slow.Load() || len(batch) >= settleEnough {
 			wait = nil
 		}
@@ -471,6 +490,10 @@ func (r *run) take(batch []store.Settlement, wait <-chan time.Time) []store.Sett
 			}
 		}
 		if !ok {
+			return batch
+		}
+		if slices.ContainsFunc(batch, func(b store.Settlement) bool { return b.Seq == it.Seq }) {
+			r.carried = &it
 			return batch
 		}
 		batch = append(batch, it)

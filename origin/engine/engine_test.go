@@ -678,3 +678,25 @@ func TestSettleGatherDoesNotWaitForSlowSends(t *testing.T) {
 	r.outcomes <- store.Settlement{Seq: 2}
 	takeNow(2, "the gather waited for a slow send after taking every outcome it could")
 }
+
+// TestSendWithoutLeaseLeftIsReleased: a delivery whose lease has no more than its last quarter
+// left when its send would start (the pacer held it back) is given back unsent: sent, it could
+// still be in flight when another claim takes it over.
+func TestSendWithoutLeaseLeftIsReleased(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{LeaseDuration: 4 * time.Second})
+	sink := newSink(t, status(200))
+	sub := e.sub(store.SubscriberInput{ID: "s", URL: sink.URL})
+	c := store.Claimed{Seq: 1, DeliveryID: "d1", LeaseToken: "t", Event: store.Event{ID: "e1", Type: "t", Body: []byte(`{}`)},
+		Subscriber: sub, LeaseExpires: e.clk.Now().Add(time.Second)}
+	if set := e.eng.deliver(context.Background(), c); set.Result != store.ResultRelease || set.Attempt != nil {
+		t.Fatalf("settlement %+v, want a release without an attempt", set)
+	}
+	c.LeaseExpires = e.clk.Now().Add(2 * time.Second)
+	if set := e.eng.deliver(context.Background(), c); set.Result != store.ResultDelivered {
+		t.Fatalf("with half the lease left: %+v, want delivered", set)
+	}
+	if n := len(sink.received()); n != 1 {
+		t.Fatalf("the sink got %d requests, want 1", n)
+	}
+}

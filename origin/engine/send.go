@@ -185,7 +185,17 @@ func (e *Engine) deliver(ctx context.Context, c store.Claimed) store.Settlement 
 		}
 	}
 	now := e.cfg.Now()
-	sendCtx, cancel := context.WithTimeout(ctx, min(sub.Timeout(), e.cfg.LeaseDuration*3/4))
+	// A send is cut at 3/4 of its lease as claimed, the pacer's wait included: the last quarter
+	// is for its outcome to be written before another claim may take the delivery over. A lease
+	// that has no room left is given back unsent.
+	budget := e.cfg.LeaseDuration * 3 / 4
+	if !c.LeaseExpires.IsZero() {
+		budget = c.LeaseExpires.Sub(now) - e.cfg.LeaseDuration/4
+	}
+	if budget <= 0 {
+		return release
+	}
+	sendCtx, cancel := context.WithTimeout(ctx, min(sub.Timeout(), budget))
 	req, err := e.request(sendCtx, c, now)
 	var resp response
 	if err != nil {

@@ -125,9 +125,7 @@ func TestDecodeSubscriberRecordErrors(t *testing.T) {
 		{"port 65536", rec("url", `"http://h.example:65536/x"`), "url", "outside 1–65535"},
 		{"unparsable", rec("url", `"http://h.example/%zz"`), "url", "is not a URL"},
 		{"empty url", rec("url", `""`), "url", "absolute http or https"},
-		{"space in the query", rec("url", `"https://h.example/x?team=a b"`), "url", `' ' in its query: percent-encode it (%20)`},
-		{"quote in the query", rec("url", `"https://h.example/x?q=\"a\""`), "url", `'"' in its query`},
-		{"non-ASCII in the query", rec("url", `"https://h.example/x?city=Zürich"`), "url", `'ü' in its query: percent-encode it (%C3%BC)`},
+		{"space in the query", rec("url", `"https://h.example/x?team=a b"`), "url", `has a space in its query: percent-encode it (%20)`},
 
 		{"timeout below 100 ms", rec("timeout_ms", "99"), "timeout_ms", "99 is outside [100, 60000]"},
 		{"timeout above 60 s", rec("timeout_ms", "60001"), "timeout_ms", "outside [100, 60000]"},
@@ -351,6 +349,23 @@ func TestValidateURLNeverShowsCredentials(t *testing.T) {
 		err := wire.ValidateURL(u)
 		if err == nil || strings.Contains(err.Error(), "hunter2pw") {
 			t.Errorf("ValidateURL(%q) = %v, want an error without the credentials", u, err)
+		}
+	}
+}
+
+// TestValidateURLAcceptsQueriesThatWereDelivered: of a query's characters only a space breaks Go's
+// request line (url.Parse refuses controls). Non-ASCII, '"', '<' and '>' are delivered by both
+// runtimes (Go's client writes them as they are, the Worker's fetch percent-encodes them), and
+// refusing them would make existing subscribers' KV records bad_record at the edge.
+func TestValidateURLAcceptsQueriesThatWereDelivered(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{
+		"https://h.example/x?city=Zürich",
+		`https://h.example/x?q="a"`,
+		"https://h.example/x?expr=a<b",
+	} {
+		if err := wire.ValidateURL(u); err != nil {
+			t.Errorf("ValidateURL(%q) = %v; it was accepted and delivered before", u, err)
 		}
 	}
 }

@@ -83,15 +83,15 @@ func parseHTTPDate(v string, now time.Time) (time.Time, error) {
 }
 
 // nearestCentury moves a date read from a two-digit year to the century RFC 9110 asks for: the
-// year within 50 years of now, a later one only if it is at most 50 years ahead (time.Parse puts
-// 69–99 in the 1900s whatever the date is now).
+// one within 50 years of now, a date more than 50 years ahead being in the century before
+// (time.Parse puts 69–99 in the 1900s whatever the date is now).
 func nearestCentury(t, now time.Time) time.Time {
-	year := now.Year() - now.Year()%100 + t.Year()%100
+	t = t.AddDate(now.Year()-now.Year()%100+t.Year()%100-t.Year(), 0, 0)
 	switch {
-	case year > now.Year()+50:
-		year -= 100
-	case year <= now.Year()-50:
-		year += 100
+	case t.After(now.AddDate(50, 0, 0)):
+		return t.AddDate(-100, 0, 0)
+	case !t.After(now.AddDate(-50, 0, 0)):
+		return t.AddDate(100, 0, 0)
 	}
-	return t.AddDate(year-t.Year(), 0, 0)
+	return t
 }

@@ -97,3 +97,16 @@ func TestRetryAfterTwoDigitYear(t *testing.T) {
 		t.Errorf("29-Feb-00 read in 2099: %v, want an error", err)
 	}
 }
+
+// TestRetryAfterTwoDigitYearMoreThan50YearsAhead: RFC 9110 §5.6.7 reads an rfc850-date "that
+// appears to be more than 50 years in the future" in the past century. On 1 June 2026,
+// 31-Dec-76 in 2076 is 50.6 years ahead, so it is 31 December 1976 (a Friday): a date in the past,
+// retry at once. Comparing years only kept 2076, whose weekday then differs.
+func TestRetryAfterTwoDigitYearMoreThan50YearsAhead(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+	v := time.Date(1976, 12, 31, 0, 0, 0, 0, time.UTC).Format("Monday, 02-Jan-06 15:04:05 GMT")
+	if got, err := wire.ParseRetryAfter(v, now); err != nil || got != 0 {
+		t.Fatalf("ParseRetryAfter(%q) on %s = %s, %v; want 0 (a date in 1976), nil", v, now.Format(time.DateOnly), got, err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"sync"
 	"syscall"
 	"time"
@@ -150,10 +151,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Port() == "" {
 		addr = net.JoinHostPort(req.URL.Hostname(), "80")
 	}
+	trace := httptrace.ContextClientTrace(ctx)
 	for fresh := false; ; fresh = true {
 		c, reused, err := t.get(ctx, addr, fresh)
 		if err != nil {
 			return nil, err
+		}
+		if trace != nil && trace.GotConn != nil { // as net/http's transport tells it
+			trace.GotConn(httptrace.GotConnInfo{Conn: c.nc, Reused: reused})
 		}
 		// The deadline first: AfterFunc may run at once, and its deadline in the past must win.
 		deadline, _ := ctx.Deadline()

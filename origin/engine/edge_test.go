@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -68,9 +70,10 @@ func TestEdgeMode(t *testing.T) {
 		{name: "forwarded 410", answer: outcome(wire.OutcomeForwarded, 410), status: store.StatusHeld, attempts: 1, subState: store.StateDisabled},
 		{name: "forwarded 429", answer: outcome(wire.OutcomeForwarded, 429, "Retry-After", "30"), status: store.StatusPending, attempts: 1, retryIn: 30 * time.Second},
 		{name: "upstream timeout", answer: outcome(wire.OutcomeUpstreamTimeout, 504), status: store.StatusPending, attempts: 1},
-		{name: "no outcome header", answer: func(w http.ResponseWriter, _ *signature.Hop) { w.WriteHeader(502) }, status: store.StatusPending, attempts: 1},
+		// The edge's faults, not the subscriber's: rescheduled without counting an attempt.
+		{name: "no outcome header", answer: func(w http.ResponseWriter, _ *signature.Hop) { w.WriteHeader(502) }, status: store.StatusPending, attempts: 0},
 		// The edge has another secret: a rejection, retried but never dead by attempt count.
-		{name: "rejected", answer: outcome(wire.OutcomeForwarded, 200), wrongKey: true, status: store.StatusPending, attempts: 1, rejections: 1, onlyOne: true},
+		{name: "rejected", answer: outcome(wire.OutcomeForwarded, 200), wrongKey: true, status: store.StatusPending, attempts: 0, rejections: 1, onlyOne: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -181,8 +184,13 @@ func TestEdgeFaultsAreTheOperators(t *testing.T) {
 			if tc.dead {
 				wantStatus = store.StatusDead
 			}
-			if d.Status != wantStatus || len(d.AttemptLog) != 1 || d.AttemptLog[0].Outcome != tc.class {
-				t.Fatalf("delivery %s with attempts %+v; want %s after one attempt of %s", d.Status, d.AttemptLog, wantStatus, tc.class)
+			wantCounted := 0 // the subscriber was not tried
+			if tc.dead {
+				wantCounted = 1
+			}
+			if d.Status != wantStatus || len(d.AttemptLog) != 1 || d.AttemptLog[0].Outcome != tc.class || d.Attempts != wantCounted || d.AttemptLog[0].Number != wantCounted {
+				t.Fatalf("delivery %s with %d attempts counted, log %+v; want %s after one attempt of %s, %d counted",
+					d.Status, d.Attempts, d.AttemptLog, wantStatus, tc.class, wantCounted)
 			}
 			st, err := e.st.Stats(context.Background(), e.clk.Now())
 			if err != nil {
@@ -192,5 +200,111 @@ func TestEdgeFaultsAreTheOperators(t *testing.T) {
 				t.Fatalf("circuit open %v, want %v", st.Subscribers[0].CircuitOpen, tc.dead)
 			}
 		})
+	}
+}
+
+// stalledTLSEdge listens on loopback, accepts connections and never answers: an https edge URL
+// pointing there never completes its TLS handshake (an edge behind a stuck load balancer, or the
+// wrong port). No request ever reaches an edge.
+func stalledTLSEdge(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return "https://" + ln.Addr().String() + "/"
+}
+
+// TestEdgeUnreachableOverHTTPSIsTheOperators: the production edge (a Worker) is reached over
+// https, through net/http's transport. A connection to it that is never made (here the TLS
+// handshake never completes within the send's timeout; a dial whose SYNs are dropped is the same
+// for that transport: it returns the context's error, no *net.OpError) reached no edge and no
+// subscriber: edge_unreachable, circuit closed, not dead by attempt count.
+func TestEdgeUnreachableOverHTTPSIsTheOperators(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{MaxAttempts: 1, CircuitThreshold: 1})
+	cfg := e.eng.cfg
+	cfg.EdgeURL, cfg.EdgeSecrets, cfg.AllowNetworks = stalledTLSEdge(t), []signature.Secret{edgeSecret(t)}, nil
+	eng, err := New(e.st, cfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.eng = eng
+	e.sub(store.SubscriberInput{ID: "s", URL: "https://subscriber.example/", Mode: store.ModeEdge, TimeoutMS: 300})
+	e.emit("e1", "t", `{}`)
+	e.drain()
+	d := e.only()
+	st, err := e.st.Stats(context.Background(), e.clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Status != store.StatusPending || len(d.AttemptLog) != 1 || d.AttemptLog[0].Outcome != classEdgeDown || st.Subscribers[0].CircuitOpen {
+		t.Fatalf("no connection to the edge was made: delivery %s, attempts %+v, circuit open %v; want pending after one %s attempt, circuit closed",
+			d.Status, d.AttemptLog, st.Subscribers[0].CircuitOpen, classEdgeDown)
+	}
+}
+
+// TestEdgeOutageLeavesTheSubscriberItsAttempts: attempts the edge's outage made are not counted
+// (PROTOCOL.md §5: "fixing the edge delivers what it held up"). Once the edge is back, the
+// subscriber's first transient failure (a 500) must not make the delivery dead by --max-attempts:
+// the subscriber has had one attempt of its 2.
+func TestEdgeOutageLeavesTheSubscriberItsAttempts(t *testing.T) {
+	t.Parallel()
+	closed := newSink(t, status(200))
+	closed.Close() // the edge is down: nothing listens
+	e := newEnv(t, Config{MaxAttempts: 2})
+	originKey := edgeSecret(t)
+	useEdge := func(url string) {
+		cfg := e.eng.cfg
+		cfg.EdgeURL, cfg.EdgeSecrets, cfg.AllowNetworks = url, []signature.Secret{originKey}, nil
+		eng, err := New(e.st, cfg, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.eng = eng
+	}
+	useEdge(closed.URL)
+	e.sub(store.SubscriberInput{ID: "s", URL: "https://subscriber.example/", Mode: store.ModeEdge})
+	e.emit("e1", "t", `{}`)
+	for range 3 { // the edge is down for three attempts
+		e.drain()
+		if d := e.only(); d.Status != store.StatusPending {
+			t.Fatalf("while the edge is down: delivery %s, attempts %+v", d.Status, d.AttemptLog)
+		}
+		e.clk.Advance(3 * time.Hour)
+	}
+	// The edge is back; the subscriber answers 500 once.
+	useEdge(fakeEdge(t, e, []signature.Secret{originKey}, func(w http.ResponseWriter, _ *signature.Hop) {
+		w.Header().Set(wire.HeaderOutcome, string(wire.OutcomeForwarded))
+		w.WriteHeader(500)
+	}).URL)
+	e.drain()
+	d := e.only()
+	if d.Status != store.StatusPending {
+		t.Fatalf("after the edge came back, one 500 from the subscriber made the delivery %s (reason %q); attempts %+v",
+			d.Status, d.Reason, d.AttemptLog)
 	}
 }

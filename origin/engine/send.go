@@ -9,9 +9,11 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/netip"
 	"net/url"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -143,9 +145,9 @@ const (
 )
 
 // operatorFault reports whether a failure class is the operator's to fix (the edge, its URL, its
-// secret) rather than the subscriber's. Such a failure is retried with backoff, counts against
-// neither the subscriber's circuit nor the delivery's attempts, and makes a delivery dead only by
-// age: an edge that is down for an hour must not dead-letter every delivery it held up.
+// secret) rather than the subscriber's. Such a failure counts against neither the subscriber's
+// circuit nor the delivery's attempts (holdForOperator) and makes a delivery dead only by age: an
+// edge that is down for an hour must not dead-letter every delivery it held up.
 func operatorFault(class string) bool {
 	switch class {
 	case classEdgeRejected, classEdgeError, classEdgeDown, classConfig:
@@ -169,6 +171,7 @@ type response struct {
 	excerpt    string
 	err        error
 	latency    time.Duration
+	connected  bool // edge mode: a connection to the edge was made (httptrace's GotConn)
 }
 
 // deliver sends one claimed delivery and decides its settlement.
@@ -288,14 +291,19 @@ func (e *Engine) request(ctx context.Context, c store.Claimed, now time.Time) (*
 // do sends req and reads at most ExcerptBytes of the answer.
 func (e *Engine) do(req *http.Request, mode store.Mode) response {
 	t := e.http.direct
+	var connected atomic.Bool
 	if mode == store.ModeEdge {
 		t = e.http.edge
+		// Whether the request reached the edge at all: a failure before it did (DNS, refused, a
+		// dial or TLS handshake that timed out) is the edge's, whatever error the transport gives.
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+			GotConn: func(httptrace.GotConnInfo) { connected.Store(true) }}))
 	}
 	start := time.Now()
 	resp, err := t.RoundTrip(req)
 	if err != nil {
 		// Worded as http.Client words it: `Post "<url>": <cause>`.
-		return response{err: &url.Error{Op: "Post", URL: req.URL.String(), Err: err}, latency: time.Since(start)}
+		return response{err: &url.Error{Op: "Post", URL: req.URL.String(), Err: err}, latency: time.Since(start), connected: connected.Load()}
 	}
 	defer resp.Body.Close()
 	var excerpt []byte
@@ -325,7 +333,10 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 			set.Circuit = store.CircuitFailure
 		}
 		e.m.failed.WithLabelValues(sub.ID, class).Inc()
-		return e.retry(c, set, class, now.Add(e.backoff(c.Attempts)), now)
+		if operatorFault(class) {
+			return e.holdForOperator(c, set, now)
+		}
+		return e.retry(c, set, now.Add(e.backoff(c.Attempts)), now)
 	}
 	if r.err != nil {
 		class := classConnection
@@ -338,10 +349,10 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 		case errors.Is(r.err, context.DeadlineExceeded), errors.As(r.err, &ne) && ne.Timeout():
 			class = classTimeout
 		}
-		// Through the edge, a failed connection is the edge's: it answers upstream_unreachable
-		// for the subscriber's. A timeout past the dial is not: the subscriber may be slow.
-		var oe *net.OpError
-		if sub.Mode == store.ModeEdge && (class == classConnection || errors.As(r.err, &oe) && oe.Op == "dial") {
+		// Through the edge, a connection to it that was never made, or that failed, is the edge's:
+		// it answers upstream_unreachable for the subscriber's. A timeout once connected is not:
+		// the subscriber may be the slow one.
+		if sub.Mode == store.ModeEdge && class != classConfig && (!r.connected || class == classConnection) {
 			class = classEdgeDown
 			e.log.Error("EDGE UNREACHABLE: check --edge-url and the edge", "subscriber", sub.ID, "delivery", c.DeliveryID, "error", r.err)
 		}
@@ -400,7 +411,7 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 			attempt.Outcome, attempt.Error, set.Error = classThrottled, msg, msg
 			set.PauseUntil = at
 			e.m.failed.WithLabelValues(sub.ID, classThrottled).Inc()
-			return e.retry(c, set, classThrottled, at, now)
+			return e.retry(c, set, at, now)
 		}
 	}
 	class := classHTTP5xx
@@ -413,17 +424,31 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 	return fail(class, fmt.Sprintf("subscriber answered %d", r.status), true)
 }
 
-// retry schedules another attempt at `at`, unless the delivery has used its attempts (an
-// operator's fault excepted) or its age.
-func (e *Engine) retry(c store.Claimed, set store.Settlement, class string, at, now time.Time) store.Settlement {
+// retry schedules another attempt at `at`, unless the delivery has used its attempts or its age.
+func (e *Engine) retry(c store.Claimed, set store.Settlement, at, now time.Time) store.Settlement {
 	switch {
 	case now.Sub(c.AgeFrom) >= e.cfg.MaxAge:
 		set.Result, set.Reason = store.ResultDead, store.ReasonMaxAge
-	case c.Attempts+1 >= e.cfg.MaxAttempts && !operatorFault(class):
+	case c.Attempts+1 >= e.cfg.MaxAttempts:
 		set.Result, set.Reason = store.ResultDead, store.ReasonMaxAttempts
 	default:
 		set.Result, set.NextAttemptAt = store.ResultRetry, at
 	}
+	return set
+}
+
+// holdForOperator reschedules a delivery that failed for the operator's reason (operatorFault)
+// without counting the attempt: its subscriber was not tried, and must still have all its attempts
+// once the edge is fixed. Without a count to back off by, the wait is full jitter over as long as
+// the delivery has waited so far (at least the backoff base, at most its cap), so a long outage is
+// tried ever more rarely. It is dead only by age.
+func (e *Engine) holdForOperator(c store.Claimed, set store.Settlement, now time.Time) store.Settlement {
+	waited := now.Sub(c.AgeFrom)
+	if waited >= e.cfg.MaxAge {
+		set.Result, set.Reason = store.ResultDead, store.ReasonMaxAge
+		return set
+	}
+	set.Result, set.NextAttemptAt = store.ResultReschedule, now.Add(rand.N(min(e.cfg.BackoffCap, max(e.cfg.BackoffBase, waited))+1))
 	return set
 }
 

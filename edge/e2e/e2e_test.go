@@ -358,6 +358,22 @@ func TestDev(t *testing.T) {
 	if api == "" {
 		t.Fatalf("dev printed no api line:\n%s", strings.Join(seen, "\n"))
 	}
+	// One /metrics for the engine and the API, as serve has (the outcome is written, and counted,
+	// a moment after the receiver has it).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get(api + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), "\nedgehook_deliveries_delivered_total{") && strings.Contains(string(body), "\nedgehook_queue_depth ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dev's /metrics has no engine series after the sample deliveries:\n%s", body)
+		}
+	}
 
 	got := make(chan error, 1)
 	var secret atomic.Pointer[signature.Secret]

@@ -86,6 +86,17 @@ delivery as it arrives, and runs until Ctrl-C; emit more with curl against --lis
 
 func runDev(ctx context.Context, out io.Writer, log *slog.Logger, listen, edgeListen, wasm string) error {
 	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
+	// Both ports first: a taken one fails the start before anything has said it runs.
+	apiLn, err := listenOn("--listen", listen)
+	if err != nil {
+		return err
+	}
+	defer apiLn.Close()
+	edgeLn, err := listenOn("--edge-listen", edgeListen)
+	if err != nil {
+		return err
+	}
+	defer edgeLn.Close()
 	st, err := openStore(ctx)
 	if err != nil {
 		return err
@@ -99,10 +110,11 @@ func runDev(ctx context.Context, out io.Writer, log *slog.Logger, listen, edgeLi
 	// Receivers first: the subscribers' URLs name their ports.
 	for _, s := range samples {
 		rcv := &receiver{sample: s, say: say}
-		url, err := serveOn(srvCtx, &servers, "127.0.0.1:0", rcv)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return err
 		}
+		url := serveOn(srvCtx, &servers, ln, rcv)
 		sub, err := upsertSample(ctx, st, s, url+"/webhooks")
 		if err != nil {
 			return err
@@ -149,14 +161,12 @@ func runDev(ctx context.Context, out io.Writer, log *slog.Logger, listen, edgeLi
 			}
 		}
 	})
-	edgeURL, err := serveOn(srvCtx, &servers, edgeListen, edge.Handler())
-	if err != nil {
-		return fmt.Errorf("--edge-listen: %w", err)
-	}
+	edgeURL := serveOn(srvCtx, &servers, edgeLn, edge.Handler())
 	say("edge      %s  (the relay core as a WASI module in wazero; %d subscriber records)", edgeURL, n)
 
+	reg := newRegistry() // one /metrics for the engine and the API, as serve has
 	eng, err := engine.New(st, engine.Config{EdgeURL: edgeURL + "/", EdgeSecrets: []signature.Secret{edgeSecret},
-		PollInterval: 100 * time.Millisecond, Version: Version()}, log, nil)
+		PollInterval: 100 * time.Millisecond, Version: Version()}, log, reg)
 	if err != nil {
 		return err
 	}
@@ -164,16 +174,13 @@ func runDev(ctx context.Context, out io.Writer, log *slog.Logger, listen, edgeLi
 		return err
 	}
 	defer eng.Stop(context.WithoutCancel(ctx))
-	apiSrv, err := api.New(api.Options{Store: st, BodyLimit: int64(global.bodyLimit), Logger: log, Registry: newRegistry(),
+	apiSrv, err := api.New(api.Options{Store: st, BodyLimit: int64(global.bodyLimit), Logger: log, Registry: reg,
 		Wake: func() { syncKV(); eng.Wake() }})
 	if err != nil {
 		return err
 	}
-	apiURL, err := serveOn(srvCtx, &servers, listen, apiSrv)
-	if err != nil {
-		return fmt.Errorf("--listen: %w", err)
-	}
-	say("api       %s  (database %s)", apiURL, global.db)
+	apiURL := serveOn(srvCtx, &servers, apiLn, apiSrv)
+	say("api       %s  (database %s: the CLI reads it with --db %s)", apiURL, global.db, global.db)
 
 	for _, e := range sampleEvents {
 		if err := emitSample(ctx, apiURL, e.typ, e.data); err != nil {
@@ -205,19 +212,15 @@ func syncEdgeKV(ctx context.Context, st *store.Store, edge *harness.Server) (int
 	return len(entries), nil
 }
 
-// serveOn serves h on addr until ctx ends and returns its base URL.
-func serveOn(ctx context.Context, wg *sync.WaitGroup, addr string, h http.Handler) (string, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return "", err
-	}
+// serveOn serves h on ln until ctx ends and returns its base URL.
+func serveOn(ctx context.Context, wg *sync.WaitGroup, ln net.Listener, h http.Handler) string {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	wg.Go(func() { _ = srv.Serve(ln) })
 	wg.Go(func() {
 		<-ctx.Done()
 		_ = srv.Close()
 	})
-	return "http://" + ln.Addr().String(), nil
+	return "http://" + ln.Addr().String()
 }
 
 // upsertSample creates the sample subscriber, or points the existing one at this run's receiver.

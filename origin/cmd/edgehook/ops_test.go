@@ -217,3 +217,30 @@ func TestEmitDataOverTheBodyLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestListenInUseSaysWhatToDo: serve and dev on an address another process holds stop at once
+// with one line naming the flag and what to do; dev before printing that anything runs.
+func TestListenInUseSaysWhatToDo(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	addr := taken.Addr().String()
+	for _, tc := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"serve", "--listen", addr}, "--listen"},
+		{[]string{"dev", "--listen", addr}, "--listen"},
+		{[]string{"dev", "--listen", "127.0.0.1:0", "--edge-listen", addr}, "--edge-listen"},
+	} {
+		r := c.run(tc.args...)
+		want := "edgehook: " + tc.flag + ": " + addr + " is in use (another edgehook?): stop what listens there, or choose another address with " + tc.flag + "\n"
+		if r.code != 1 || r.stderr != want || r.stdout != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 1, nothing, %q", tc.args, r.code, r.stdout, r.stderr, want)
+		}
+	}
+}

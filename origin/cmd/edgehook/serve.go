@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/edgehook/edgehook/origin/api"
@@ -128,9 +129,9 @@ func runServe(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", serveFlags.listen)
+	ln, err := listenOn("--listen", serveFlags.listen)
 	if err != nil {
-		return fmt.Errorf("--listen: %w", err)
+		return err
 	}
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
@@ -171,4 +172,16 @@ func runServe(cmd *cobra.Command, _ []string) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// listenOn binds addr, the value of flag; an address in use says what to do about it.
+func listenOn(flag, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return nil, fmt.Errorf("%s: %s is in use (another edgehook?): stop what listens there, or choose another address with %s", flag, addr, flag)
+	case err != nil:
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	return ln, nil
 }

@@ -10,6 +10,7 @@ build: bin/edgehook
 
 # Always rebuilt (go's build cache makes that cheap) so bin/edgehook never lags the source.
 bin/edgehook:
+	@test -x $@ || echo "building $@: the first build on a machine takes a few minutes"
 	$(EDGEHOOK_BUILD) -o $@ ./origin/cmd/edgehook
 
 # Static binaries for the two Linux targets an operator deploys to (docs/deploy.md).

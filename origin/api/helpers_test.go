@@ -125,6 +125,15 @@ func (r response) decode(t *testing.T, v any) {
 // do sends a request with a JSON body (a string is sent as is) and the env's token.
 func (e *env) do(method, path string, body any, hdr ...string) response {
 	e.t.Helper()
+	r, err := e.send(method, path, body, hdr...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return r
+}
+
+// send is do for any goroutine: it returns its error instead of failing the test.
+func (e *env) send(method, path string, body any, hdr ...string) (response, error) {
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -135,13 +144,13 @@ func (e *env) do(method, path string, body any, hdr ...string) response {
 	default:
 		data, err := json.Marshal(b)
 		if err != nil {
-			e.t.Fatal(err)
+			return response{}, err
 		}
 		rd = bytes.NewReader(data)
 	}
 	req, err := http.NewRequest(method, e.url+path, rd)
 	if err != nil {
-		e.t.Fatal(err)
+		return response{}, err
 	}
 	if rd != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -158,14 +167,11 @@ func (e *env) do(method, path string, body any, hdr ...string) response {
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		e.t.Fatal(err)
+		return response{}, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return response{status: resp.StatusCode, header: resp.Header, body: data}
+	return response{status: resp.StatusCode, header: resp.Header, body: data}, err
 }
 
 // want fails unless r has the status.

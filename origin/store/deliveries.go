@@ -236,6 +236,11 @@ func (s *Store) GetDelivery(ctx context.Context, id string) (*Delivery, error) {
 		return nil, err
 	}
 	defer tx.Rollback()
+	return s.getDelivery(ctx, tx, seq, id)
+}
+
+// getDelivery reads the delivery of seq (whose id is id) with its attempts in tx, or ErrNotFound.
+func (s *Store) getDelivery(ctx context.Context, tx *sql.Tx, seq int64, id string) (*Delivery, error) {
 	d, _, err := s.scanDelivery(tx.QueryRowContext(ctx, `SELECT `+deliveryColumns+` FROM deliveries d JOIN events e ON e.seq = d.event_seq WHERE d.seq = ?`, seq))
 	if errors.Is(err, sql.ErrNoRows) {
 		d, err = s.fanoutDelivery(ctx, tx, seq)
@@ -299,13 +304,14 @@ func (s *Store) RetryDelivery(ctx context.Context, id string, now time.Time) (*D
 	if err != nil {
 		return nil, err
 	}
+	var d *Delivery
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		var status string
 		err := tx.QueryRowContext(ctx, `SELECT status FROM deliveries WHERE seq = ?`, seq).Scan(&status)
 		if errors.Is(err, sql.ErrNoRows) {
-			var d Delivery
-			d, err = s.fanoutDelivery(ctx, tx, seq)
-			status = string(d.Status)
+			var fanned Delivery
+			fanned, err = s.fanoutDelivery(ctx, tx, seq)
+			status = string(fanned.Status)
 		}
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("delivery %q: %w", id, ErrNotFound)
@@ -316,13 +322,17 @@ func (s *Store) RetryDelivery(ctx context.Context, id string, now time.Time) (*D
 		if Status(status) != StatusDead && Status(status) != StatusHeld {
 			return fmt.Errorf("delivery %q is %s; only dead or held deliveries can be retried: %w", id, status, ErrInvalidState)
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE deliveries SET `+requeue+` WHERE seq = ?2`, ms(now), seq)
+		if _, err = tx.ExecContext(ctx, `UPDATE deliveries SET `+requeue+` WHERE seq = ?2`, ms(now), seq); err != nil {
+			return err
+		}
+		// As this transaction left it: after the commit an engine may have claimed it already.
+		d, err = s.getDelivery(ctx, tx, seq, id)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return s.GetDelivery(ctx, id)
+	return d, nil
 }
 
 // ReplayDead requeues a subscriber's dead deliveries that died in [from, to) (zero bounds are

@@ -136,7 +136,7 @@ func (s *Store) CreateSubscriber(ctx context.Context, in SubscriberInput) (*Subs
 		return nil, err
 	}
 	now := ms(s.Now())
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
+	return s.changeSubscriber(ctx, in.ID, func(tx *sql.Tx) error {
 		var exists int
 		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM subscribers WHERE id = ?`, in.ID).Scan(&exists); err != nil {
 			return err
@@ -178,10 +178,6 @@ func (s *Store) CreateSubscriber(ctx context.Context, in SubscriberInput) (*Subs
 		}
 		return bumpSubscribersVersion(ctx, tx)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return s.GetSubscriber(ctx, in.ID)
 }
 
 func encodeSettings(in *SubscriberInput) (events, headers, coalesce string) {
@@ -276,14 +272,44 @@ func loadSecrets(ctx context.Context, q interface {
 
 // GetSubscriber returns one subscriber with its secrets, or ErrNotFound.
 func (s *Store) GetSubscriber(ctx context.Context, id string) (*Subscriber, error) {
-	sub, err := scanSubscriber(s.r.QueryRowContext(ctx, `SELECT `+subscriberColumns+` FROM subscribers WHERE id = ?`, id))
+	// One read transaction: a rotation committing between the reads would pair the row with
+	// another version's secrets.
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	return getSubscriber(ctx, tx, id)
+}
+
+// changeSubscriber runs fn in a write transaction and answers with the subscriber as that
+// transaction left it: read after the commit, another writer's change (or delete) could show in
+// the answer instead of the caller's own.
+func (s *Store) changeSubscriber(ctx context.Context, id string, fn func(tx *sql.Tx) error) (*Subscriber, error) {
+	var sub *Subscriber
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		err := fn(tx)
+		if err == nil {
+			sub, err = getSubscriber(ctx, tx, id)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return sub, nil
+}
+
+// getSubscriber reads one subscriber with its secrets in tx, or ErrNotFound.
+func getSubscriber(ctx context.Context, tx *sql.Tx, id string) (*Subscriber, error) {
+	sub, err := scanSubscriber(tx.QueryRowContext(ctx, `SELECT `+subscriberColumns+` FROM subscribers WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("subscriber %q: %w", id, ErrNotFound)
 	}
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT secret, created_at, expires_at FROM subscriber_secrets WHERE subscriber_id = ? ORDER BY created_at DESC`, id)
+	rows, err := tx.QueryContext(ctx, `SELECT secret, created_at, expires_at FROM subscriber_secrets WHERE subscriber_id = ? ORDER BY created_at DESC`, id)
 	if err != nil {
 		return nil, err
 	}
@@ -335,7 +361,7 @@ func (s *Store) listSubscribers(ctx context.Context, q interface {
 
 // UpdateSubscriber applies patch to the subscriber's settings (validated as a whole) and returns it.
 func (s *Store) UpdateSubscriber(ctx context.Context, id string, patch SubscriberPatch) (*Subscriber, error) {
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	return s.changeSubscriber(ctx, id, func(tx *sql.Tx) error {
 		cur, err := scanSubscriber(tx.QueryRowContext(ctx, `SELECT `+subscriberColumns+` FROM subscribers WHERE id = ?`, id))
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("subscriber %q: %w", id, ErrNotFound)
@@ -369,10 +395,6 @@ func (s *Store) UpdateSubscriber(ctx context.Context, id string, patch Subscribe
 		}
 		return bumpSubscribersVersion(ctx, tx)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return s.GetSubscriber(ctx, id)
 }
 
 // DeleteSubscriber removes a subscriber with its secrets, limiter row, deliveries and their
@@ -552,13 +574,9 @@ func (s *Store) ResumeSubscriber(ctx context.Context, id string) (*Subscriber, e
 // setState changes a subscriber's state in one transaction with its consequences for deliveries.
 func (s *Store) setState(ctx context.Context, id string, state State, reason string) (*Subscriber, error) {
 	now := ms(s.Now())
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	return s.changeSubscriber(ctx, id, func(tx *sql.Tx) error {
 		return s.setStateTx(ctx, tx, id, state, reason, now)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return s.GetSubscriber(ctx, id)
 }
 
 func (s *Store) setStateTx(ctx context.Context, tx *sql.Tx, id string, state State, reason string, now int64) error {
@@ -614,7 +632,7 @@ func (s *Store) RotateSecret(ctx context.Context, id string, overlap time.Durati
 		return nil, err
 	}
 	now := s.Now()
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
+	return s.changeSubscriber(ctx, id, func(tx *sql.Tx) error {
 		var exists int
 		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM subscribers WHERE id = ?`, id).Scan(&exists); err != nil {
 			return err
@@ -641,10 +659,6 @@ func (s *Store) RotateSecret(ctx context.Context, id string, overlap time.Durati
 		}
 		return bumpSubscribersVersion(ctx, tx)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return s.GetSubscriber(ctx, id)
 }
 
 // matchingSubscribers returns the cached non-disabled subscribers, reloading them inside tx when

@@ -294,8 +294,18 @@ func (s *Store) GetEvent(ctx context.Context, id string) (*Event, error) {
 }
 
 // requeue is the SET clause that puts a finished delivery back in the queue, due at ?, with a
-// fresh attempt count and age (a manual retry is a new chance, not the tail of the old one).
-var requeue = `status = ` + unsentStatus + `, reason = ` + heldReason + `, attempts = 0, next_attempt_at = ?1, age_from = ?1, updated_at = ?1`
+// fresh attempt count and age (a manual retry is a new chance, not the tail of the old one). A
+// coalesced one whose key a newer event of its subscriber has is superseded instead: sent after
+// that one, it would leave the subscriber with the older state.
+var requeue = `status = CASE WHEN ` + hasNewerKeyed + ` THEN 'superseded' ELSE ` + unsentStatus + ` END,
+	reason = CASE WHEN ` + hasNewerKeyed + ` THEN '` + ReasonNewerEvent + `' ELSE ` + heldReason + ` END,
+	attempts = 0, next_attempt_at = ?1, age_from = ?1, updated_at = ?1`
+
+// hasNewerKeyed tells whether the row being updated has a coalesce key that a later event's
+// delivery to its subscriber has too, through deliveries_key_events (migration 0015).
+const hasNewerKeyed = `deliveries.coalesce_key <> '' AND EXISTS (SELECT 1 FROM deliveries n INDEXED BY deliveries_key_events
+	WHERE n.subscriber_id = deliveries.subscriber_id AND n.coalesce_key = deliveries.coalesce_key AND n.coalesce_key <> ''
+	AND n.event_seq > deliveries.event_seq)`
 
 // RetryDelivery puts a dead (or held) delivery back in the queue, due at now. Delivered,
 // superseded and queued deliveries are ErrInvalidState.

@@ -253,6 +253,9 @@ var heldReason = heldReasonOf("deliveries.subscriber_id")
 var (
 	returnedStatus = `CASE WHEN deliveries.reason = '` + ReasonNewerEvent + `' THEN 'superseded' ELSE ` + unsentStatus + ` END`
 	returnedReason = `CASE WHEN deliveries.reason = '` + ReasonNewerEvent + `' THEN deliveries.reason ELSE ` + heldReason + ` END`
+	// Likewise one that dies: superseded, not dead, so that a replay of the dead leaves it.
+	diedStatus = `CASE WHEN deliveries.reason = '` + ReasonNewerEvent + `' THEN 'superseded' ELSE 'dead' END`
+	diedReason = `CASE WHEN deliveries.reason = '` + ReasonNewerEvent + `' THEN deliveries.reason ELSE j.reason END`
 )
 
 // settleDeliveries applies the rest of the batch (those not in done) to the rows leased with their
@@ -480,10 +483,10 @@ var countDeliveredSQL = chunkSQL(2, func(values string) string {
 // padding row's NULL seq matches no delivery).
 var settleSQL = chunkSQL(9, func(values string) string {
 	return `UPDATE deliveries SET
-			status = CASE j.status WHEN 'unsent' THEN ` + returnedStatus + ` ELSE j.status END,
+			status = CASE j.status WHEN 'unsent' THEN ` + returnedStatus + ` WHEN 'dead' THEN ` + diedStatus + ` ELSE j.status END,
 			attempts = deliveries.attempts + j.inc,
 			next_attempt_at = CASE WHEN j.next > 0 THEN j.next ELSE deliveries.next_attempt_at END,
-			reason = CASE j.status WHEN 'dead' THEN j.reason WHEN 'delivered' THEN '' ELSE ` + returnedReason + ` END,
+			reason = CASE j.status WHEN 'dead' THEN ` + diedReason + ` WHEN 'delivered' THEN '' ELSE ` + returnedReason + ` END,
 			last_status = CASE WHEN j.keep_last = 1 THEN deliveries.last_status ELSE j.code END,
 			last_error = CASE WHEN j.keep_last = 1 THEN deliveries.last_error ELSE j.error END,
 			delivered_at = CASE WHEN j.status = 'delivered' THEN t.now ELSE deliveries.delivered_at END,

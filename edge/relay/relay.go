@@ -353,8 +353,8 @@ const keyContentType = "content-type"
 // stripped reports whether a header (lower-case name) is never forwarded: hop headers (every
 // "edgehook-" header), transport headers the runtime sets itself (Accept-Encoding too), and
 // headers the platform or a proxy adds about the origin's connection (its address:
-// CF-Connecting-IP, True-Client-IP, X-Forwarded-For, X-Real-IP, Forwarded), which a subscriber has
-// no business seeing. It is asked for every header of every request, so it switches on the first
+// CF-Connecting-IP, True-Client-IP, X-Forwarded-For, X-Real-IP, Forwarded; Cloudflare's
+// CDN-Loop), which a subscriber has no business seeing. It is asked for every header of every request, so it switches on the first
 // byte before comparing anything: in the WASM builds a map lookup or a string comparison costs
 // several calls (BenchmarkGuestCalls).
 func stripped(k string) bool {
@@ -369,7 +369,7 @@ func stripped(k string) bool {
 		// Content-Encoding, so each runtime asks for the encodings its client decodes itself.
 		return k == "accept-encoding"
 	case 'c':
-		return strings.HasPrefix(k, "cf-") || k == "content-length" || k == "connection"
+		return strings.HasPrefix(k, "cf-") || k == "content-length" || k == "connection" || k == "cdn-loop"
 	case 'x':
 		return strings.HasPrefix(k, "x-forwarded-") || k == "x-real-ip"
 	case 'h':

@@ -257,13 +257,15 @@ func TestForwardedHeaders(t *testing.T) {
 		"Trailer": "X", "Transfer-Encoding": "chunked", "Upgrade": "h2c",
 		// The origin's address as Cloudflare's True-Client-IP transform or an RFC 7239 proxy puts it.
 		"True-Client-IP": "192.0.2.1", "Forwarded": "for=192.0.2.1", "Accept-Encoding": "gzip",
+		// Cloudflare's loop detection on the origin's request to the edge (RFC 8586).
+		"CDN-Loop": "cloudflare; loops=1",
 		// Near misses of stripped names are forwarded.
 		"Hosts": "h", "Upgrade-Insecure-Requests": "1", "Tea": "t", "Content-Language": "en", "Edgehook": "e",
-		"True-Client": "t", "Forwarded-By": "f", "Accept": "*/*",
+		"True-Client": "t", "Forwarded-By": "f", "Accept": "*/*", "CDN": "c",
 	}))
 	want := map[string]string{"webhook-id": "evt_1", "content-type": "application/json", "x-vvv-signature": "sha256=ab", "x-token": "t",
 		"hosts": "h", "upgrade-insecure-requests": "1", "tea": "t", "content-language": "en", "edgehook": "e",
-		"true-client": "t", "forwarded-by": "f", "accept": "*/*"}
+		"true-client": "t", "forwarded-by": "f", "accept": "*/*", "cdn": "c"}
 	if fmt.Sprint(got.Map()) != fmt.Sprint(want) || len(got) != len(want) {
 		t.Errorf("forwarded %v, want %v", got, want)
 	}

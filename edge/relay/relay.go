@@ -302,17 +302,22 @@ func (r *Relay) forward(ctx context.Context, a *Scratch, req *Request, hop *sign
 	}
 	// Acknowledged: remember it. A failed write does not change the answer (the subscriber has
 	// the delivery); at worst a retry delivers it again, which receivers dedupe by webhook-id.
+	// The origin is told (HeaderMarkFailed), or dedup and coalescing would stop unseen once the
+	// KV's daily writes are spent.
 	forwarded := a.decimal(start.UnixMilli())
-	var failed []string
+	var failed, marks []string
 	if err := r.deps.Dedup.Put(ctx, dedupKey, forwarded, r.dedupTTL(hop)); err != nil {
-		failed = append(failed, fmt.Sprintf("write %s: %v", dedupKey, err))
+		failed, marks = append(failed, fmt.Sprintf("write %s: %v", dedupKey, err)), append(marks, wire.MarkDedup)
 	}
 	if coalesceKey != "" {
 		if err := r.deps.Dedup.Put(ctx, coalesceKey, forwarded, max(MinKVTTL, rec.Coalesce.Window())); err != nil {
-			failed = append(failed, fmt.Sprintf("write %s: %v", coalesceKey, err))
+			failed, marks = append(failed, fmt.Sprintf("write %s: %v", coalesceKey, err)), append(marks, wire.MarkCoalesce)
 		}
 	}
-	resp.Detail = strings.Join(failed, "; ")
+	if len(failed) > 0 {
+		resp.Detail = strings.Join(failed, "; ")
+		resp.Header = append(resp.Header, Field{keyMarkFailed, strings.Join(marks, ", ")})
+	}
 	return resp
 }
 
@@ -332,6 +337,7 @@ var (
 	keyOutcome         = strings.ToLower(wire.HeaderOutcome)
 	keyUpstreamLatency = strings.ToLower(wire.HeaderUpstreamLatency)
 	keyRetryAfter      = strings.ToLower(wire.HeaderRetryAfter)
+	keyMarkFailed      = strings.ToLower(wire.HeaderMarkFailed)
 )
 
 // hopPrefix starts the name of every hop header.

@@ -178,6 +178,12 @@ func TestFailedMarkWriteKeepsTheSubscribersAnswer(t *testing.T) {
 	if !strings.Contains(resp.Detail, "write d:del_1: kv full") {
 		t.Errorf("detail %q does not name the failed write", resp.Detail)
 	}
+	if v, ok := resp.Header.Lookup(wire.HeaderMarkFailed); v != wire.MarkDedup {
+		t.Errorf("%s %q (present %v), want %q: the origin must be told", wire.HeaderMarkFailed, v, ok, wire.MarkDedup)
+	}
+	if ok := f.relay(t, f.subs, f.dedup, upstreamFunc(ok200)).Handle(context.Background(), f.request("k2", nil)); ok.Header.Get(wire.HeaderMarkFailed) != "" {
+		t.Errorf("%s on a delivery whose marks were written", wire.HeaderMarkFailed)
+	}
 	if _, _, found := f.dedup.Lookup(wire.CoalesceKey("sub_a", "k1")); !found {
 		t.Error("the coalesce mark was not written although only the dedup write failed")
 	}

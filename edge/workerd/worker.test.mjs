@@ -338,14 +338,16 @@ describe("large bodies and failing KV", () => {
     });
   }
 
-  test("a failed dedup write keeps the subscriber's answer; the Go instance serves on", async () => {
+  test("a failed dedup write keeps the subscriber's answer, says so in Edgehook-Mark-Failed; the Go instance serves on", async () => {
     const failed = await mf.dispatchFetch("http://edge.test/", signed("del_putfail_1", "sub_big"));
     assert.deepEqual([failed.status, failed.headers.get("edgehook-outcome")], [200, "forwarded"], await failed.text());
+    assert.equal(failed.headers.get("edgehook-mark-failed"), "dedup"); // the origin is told
     const dedup = await mf.getKVNamespace("INNER", "failing-kv");
     assert.equal(await dedup.get("d:del_putfail_1"), null);
     // Every failure above (a throw included) left the instance able to serve and remember.
     const ok = await mf.dispatchFetch("http://edge.test/", signed("del_after_1", "sub_big"));
     assert.deepEqual([ok.status, ok.headers.get("edgehook-outcome")], [200, "forwarded"], await ok.text());
+    assert.equal(ok.headers.get("edgehook-mark-failed"), null);
     assert.notEqual(await dedup.get("d:del_after_1"), null);
     assert.equal(sub.received.length, 2);
   });

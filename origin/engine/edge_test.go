@@ -33,6 +33,19 @@ func fakeEdge(t *testing.T, e *env, secrets []signature.Secret, answer func(w ht
 	})
 }
 
+// useEdge gives e an engine that sends edge-mode subscribers to url, signing the hop with the
+// secrets; the edge client is not address-checked (the edge URL is the operator's own).
+func (e *env) useEdge(url string, secrets ...signature.Secret) {
+	e.t.Helper()
+	cfg := e.eng.cfg
+	cfg.EdgeURL, cfg.EdgeSecrets, cfg.AllowNetworks = url, secrets, nil
+	eng, err := New(e.st, cfg, nil, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.eng = eng
+}
+
 func outcome(o wire.Outcome, code int, headers ...string) func(w http.ResponseWriter, _ *signature.Hop) {
 	return func(w http.ResponseWriter, _ *signature.Hop) {
 		w.Header().Set(wire.HeaderOutcome, string(o))
@@ -88,14 +101,7 @@ func TestEdgeMode(t *testing.T) {
 			}
 			e := newEnv(t, Config{MaxAttempts: maxAttempts})
 			edge := fakeEdge(t, e, edgeKeys, tc.answer)
-			cfg := e.eng.cfg
-			cfg.EdgeURL, cfg.EdgeSecrets = edge.URL, []signature.Secret{originKey}
-			cfg.AllowNetworks = nil // the edge client is not address-checked: the edge URL is the operator's own
-			eng, err := New(e.st, cfg, nil, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			e.eng = eng
+			e.useEdge(edge.URL, originKey)
 			rule := &wire.CoalesceRule{EventTypes: []string{"video.*"}, Key: "video_id", WindowSeconds: 10}
 			sub := e.sub(store.SubscriberInput{ID: "s1", URL: "https://subscriber.example/hook", Mode: store.ModeEdge, Coalesce: rule})
 			e.emit("evt_9", "video.rank_updated", `{"video_id":"v7"}`)
@@ -169,13 +175,7 @@ func TestEdgeFaultsAreTheOperators(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, Config{MaxAttempts: 1, CircuitThreshold: 1})
-			cfg := e.eng.cfg
-			cfg.EdgeURL, cfg.EdgeSecrets, cfg.AllowNetworks = tc.edgeURL(e), []signature.Secret{edgeSecret(t)}, nil
-			eng, err := New(e.st, cfg, nil, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			e.eng = eng
+			e.useEdge(tc.edgeURL(e), edgeSecret(t))
 			e.sub(store.SubscriberInput{ID: "s", URL: "https://subscriber.example/", Mode: store.ModeEdge})
 			e.emit("e1", "t", `{}`)
 			e.drain()
@@ -246,13 +246,7 @@ func stalledTLSEdge(t *testing.T) string {
 func TestEdgeUnreachableOverHTTPSIsTheOperators(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{MaxAttempts: 1, CircuitThreshold: 1})
-	cfg := e.eng.cfg
-	cfg.EdgeURL, cfg.EdgeSecrets, cfg.AllowNetworks = stalledTLSEdge(t), []signature.Secret{edgeSecret(t)}, nil
-	eng, err := New(e.st, cfg, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.eng = eng
+	e.useEdge(stalledTLSEdge(t), edgeSecret(t))
 	e.sub(store.SubscriberInput{ID: "s", URL: "https://subscriber.example/", Mode: store.ModeEdge, TimeoutMS: 300})
 	e.emit("e1", "t", `{}`)
 	e.drain()
@@ -277,16 +271,7 @@ func TestEdgeOutageLeavesTheSubscriberItsAttempts(t *testing.T) {
 	closed.Close() // the edge is down: nothing listens
 	e := newEnv(t, Config{MaxAttempts: 2})
 	originKey := edgeSecret(t)
-	useEdge := func(url string) {
-		cfg := e.eng.cfg
-		cfg.EdgeURL, cfg.EdgeSecrets, cfg.AllowNetworks = url, []signature.Secret{originKey}, nil
-		eng, err := New(e.st, cfg, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.eng = eng
-	}
-	useEdge(closed.URL)
+	e.useEdge(closed.URL, originKey)
 	e.sub(store.SubscriberInput{ID: "s", URL: "https://subscriber.example/", Mode: store.ModeEdge})
 	e.emit("e1", "t", `{}`)
 	for range 3 { // the edge is down for three attempts
@@ -297,14 +282,36 @@ func TestEdgeOutageLeavesTheSubscriberItsAttempts(t *testing.T) {
 		e.clk.Advance(3 * time.Hour)
 	}
 	// The edge is back; the subscriber answers 500 once.
-	useEdge(fakeEdge(t, e, []signature.Secret{originKey}, func(w http.ResponseWriter, _ *signature.Hop) {
+	e.useEdge(fakeEdge(t, e, []signature.Secret{originKey}, func(w http.ResponseWriter, _ *signature.Hop) {
 		w.Header().Set(wire.HeaderOutcome, string(wire.OutcomeForwarded))
 		w.WriteHeader(500)
-	}).URL)
+	}).URL, originKey)
 	e.drain()
 	d := e.only()
 	if d.Status != store.StatusPending {
 		t.Fatalf("after the edge came back, one 500 from the subscriber made the delivery %s (reason %q); attempts %+v",
 			d.Status, d.Reason, d.AttemptLog)
+	}
+}
+
+// TestEdgeMarkFailuresAreCounted: a delivery the edge forwarded and the subscriber acknowledged,
+// but whose marks the edge could not write, is delivered, and the failure is counted by mark: on
+// Cloudflare's free plan that is how an operator learns the day's KV writes ran out.
+func TestEdgeMarkFailuresAreCounted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	originKey := edgeSecret(t)
+	edge := fakeEdge(t, e, []signature.Secret{originKey}, outcome(wire.OutcomeForwarded, 200, wire.HeaderMarkFailed, wire.MarkDedup+", "+wire.MarkCoalesce))
+	e.useEdge(edge.URL, originKey)
+	e.sub(store.SubscriberInput{ID: "s", URL: "https://subscriber.example/", Mode: store.ModeEdge})
+	e.emit("e1", "t", `{}`)
+	e.drain()
+	if d := e.only(); d.Status != store.StatusDelivered {
+		t.Fatalf("delivery %s, want delivered", d.Status)
+	}
+	for _, m := range []string{wire.MarkDedup, wire.MarkCoalesce} {
+		if v := testutil.ToFloat64(e.eng.m.markFailures.WithLabelValues(m)); v != 1 {
+			t.Errorf("mark failures of %s: %v, want 1", m, v)
+		}
 	}
 }

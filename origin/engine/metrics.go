@@ -18,6 +18,7 @@ type metrics struct {
 	dead           *prometheus.CounterVec // subscriber, reason
 	coalesced      *prometheus.CounterVec // subscriber (edge answered coalesced)
 	edgeRejections *prometheus.CounterVec // reason
+	markFailures   *prometheus.CounterVec // mark (dedup, coalesce)
 	latency        *prometheus.HistogramVec
 	staleSettles   prometheus.Counter
 	claimErrors    prometheus.Counter
@@ -36,6 +37,8 @@ func newMetrics(st *store.Store, now func() time.Time, reg prometheus.Registerer
 		dead:           counter("deliveries_dead_total", "Deliveries given up by the engine, by reason.", "subscriber", "reason"),
 		coalesced:      counter("edge_coalesced_total", "Sends the edge answered with coalesced (rescheduled, no attempt counted).", "subscriber"),
 		edgeRejections: counter("edge_rejections_total", "Sends the edge rejected (operator problem: hop secret, KV record).", "reason"),
+		markFailures: counter("edge_mark_failures_total", "Acknowledged deliveries whose mark the edge could not write (its KV's writes failed, e.g. the daily quota): "+
+			"meanwhile retries are forwarded again (dedup) and keys are not coalesced.", "mark"),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "attempt_duration_seconds",
 			Help: "Time from sending a delivery to its answer.", Buckets: prometheus.ExponentialBuckets(0.005, 2.5, 10)}, []string{"mode"}),
 		staleSettles: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "settles_stale_total",
@@ -46,7 +49,7 @@ func newMetrics(st *store.Store, now func() time.Time, reg prometheus.Registerer
 	if reg == nil {
 		return m, nil
 	}
-	cs := []prometheus.Collector{m.delivered, m.failed, m.retried, m.dead, m.coalesced, m.edgeRejections, m.latency,
+	cs := []prometheus.Collector{m.delivered, m.failed, m.retried, m.dead, m.coalesced, m.edgeRejections, m.markFailures, m.latency,
 		m.staleSettles, m.claimErrors,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: "deliveries_superseded_total",
 			Help: "Deliveries replaced by a newer event with the same coalesce key (this process's emits, and its settles and claims of those that were in flight)."},

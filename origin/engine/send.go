@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -168,6 +169,7 @@ type response struct {
 	status     int
 	retryAfter string
 	outcome    string // Edgehook-Outcome, edge mode only
+	markFailed string // Edgehook-Mark-Failed, edge mode only
 	excerpt    string
 	err        error
 	latency    time.Duration
@@ -314,6 +316,9 @@ func (e *Engine) do(req *http.Request, mode store.Mode) response {
 	}
 	r := response{status: resp.StatusCode, retryAfter: resp.Header.Get(wire.HeaderRetryAfter),
 		outcome: resp.Header.Get(wire.HeaderOutcome), excerpt: string(excerpt), latency: time.Since(start)}
+	if mode == store.ModeEdge {
+		r.markFailed = resp.Header.Get(wire.HeaderMarkFailed)
+	}
 	if err != nil && r.status/100 != 2 {
 		r.excerpt += " [body read error: " + err.Error() + "]"
 	}
@@ -369,6 +374,13 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 				"reason", reason, "subscriber", sub.ID, "delivery", c.DeliveryID, "status", r.status)
 			e.m.edgeRejections.WithLabelValues(reason).Inc()
 			return fail(classEdgeRejected, "edge rejected: "+reason, false)
+		}
+		if r.markFailed != "" {
+			e.log.Warn("the edge could not write its marks (KV writes failing, e.g. the daily quota): a retry of this delivery is forwarded again, its key is not coalesced",
+				"marks", r.markFailed, "subscriber", sub.ID, "delivery", c.DeliveryID)
+			for m := range strings.SplitSeq(r.markFailed, ",") {
+				e.m.markFailures.WithLabelValues(markLabel(strings.TrimSpace(m))).Inc()
+			}
 		}
 		switch o {
 		case wire.OutcomeDuplicate:
@@ -461,4 +473,13 @@ func (e *Engine) backoff(attempts int) time.Duration {
 		}
 	}
 	return rand.N(ceiling + 1)
+}
+
+// markLabel bounds the mark label to the marks the protocol names: the edge's answer is not
+// trusted to keep the label set small.
+func markLabel(m string) string {
+	if m == wire.MarkDedup || m == wire.MarkCoalesce {
+		return m
+	}
+	return "other"
 }

@@ -36,6 +36,17 @@ const (
 	HeaderOutcome         = "Edgehook-Outcome"
 	HeaderUpstreamLatency = "Edgehook-Upstream-Latency-Ms"
 	HeaderRetryAfter      = "Retry-After"
+	// HeaderMarkFailed is on a forwarded 2xx whose marks the edge could not write (a KV write
+	// failed: its daily quota, an outage): MarkDedup, MarkCoalesce or both, comma-separated.
+	// Until they can be written, a retry of the delivery is forwarded again and the key is not
+	// coalesced.
+	HeaderMarkFailed = "Edgehook-Mark-Failed"
+)
+
+// The marks HeaderMarkFailed names.
+const (
+	MarkDedup    = "dedup"
+	MarkCoalesce = "coalesce"
 )
 
 // MaxExcerptBytes bounds how much of a subscriber's response body is relayed and kept in the

@@ -127,9 +127,11 @@ type DrainResult struct {
 	Delivered int
 	Retried   int // failed and rescheduled (including throttled and edge-coalesced)
 	Dead      int
-	Released  int  // returned unsent at the end
-	Stale     int  // outcomes that came back after their lease had expired: not written, and in none of the above
-	Idle      bool // it stopped because nothing was due
+	Released  int   // returned unsent at the end
+	Held      int   // held after a 410 with their subscriber, now disabled
+	Stale     int   // outcomes that came back after their lease was lost (expired, or the subscriber deleted): not written, and in none of the above
+	Pruned    int64 // finished deliveries deleted past the retention window, at the start
+	Idle      bool  // it stopped because nothing was due
 }
 
 // Drain runs the engine in the foreground for a bounded time (for cron on hosts without a process

@@ -700,3 +700,21 @@ func TestSendWithoutLeaseLeftIsReleased(t *testing.T) {
 		t.Fatalf("the sink got %d requests, want 1", n)
 	}
 }
+
+// TestA410IsNotCountedRetried: a 410 disables the subscriber and holds the delivery (not due
+// again until an operator resumes the subscriber): it is held in the drain's result, not retried,
+// and not in edgehook_deliveries_retried_total ("Failed attempts that were scheduled again").
+func TestA410IsNotCountedRetried(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	k := newSink(t, status(http.StatusGone))
+	e.sub(store.SubscriberInput{ID: "a", URL: k.URL})
+	e.emit("e1", "t", `{}`)
+	res := e.drain()
+	if d := e.only(); d.Status != store.StatusHeld {
+		t.Fatalf("the delivery is %s, want held (the premise)", d.Status)
+	}
+	if v := testutil.ToFloat64(e.eng.m.retried.WithLabelValues("a")); v != 0 || res.Retried != 0 || res.Held != 1 {
+		t.Fatalf("the delivery is held, not scheduled again, but deliveries_retried_total{subscriber=\"a\"} = %v and the drain result says retried %d, held %d", v, res.Retried, res.Held)
+	}
+}

@@ -33,7 +33,7 @@ func newMetrics(st *store.Store, now func() time.Time, reg prometheus.Registerer
 	m := &metrics{
 		delivered:      counter("deliveries_delivered_total", "Deliveries acknowledged (2xx, or an edge duplicate).", "subscriber"),
 		failed:         counter("delivery_failures_total", "Failed attempts by class (http_4xx, http_5xx, timeout, connection, throttled, gone, blocked_address, edge_rejected, edge_error, edge_unreachable, misconfigured).", "subscriber", "class"),
-		retried:        counter("deliveries_retried_total", "Failed attempts that were scheduled again.", "subscriber"),
+		retried:        counter("deliveries_retried_total", "Failed attempts that were scheduled again (not a 410's, held with its subscriber).", "subscriber"),
 		dead:           counter("deliveries_dead_total", "Deliveries given up by the engine, by reason.", "subscriber", "reason"),
 		coalesced:      counter("edge_coalesced_total", "Sends the edge answered with coalesced (rescheduled, no attempt counted).", "subscriber"),
 		edgeRejections: counter("edge_rejections_total", "Sends the edge rejected (operator problem: hop secret, KV record).", "reason"),
@@ -42,7 +42,7 @@ func newMetrics(st *store.Store, now func() time.Time, reg prometheus.Registerer
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "attempt_duration_seconds",
 			Help: "Time from sending a delivery to its answer.", Buckets: prometheus.ExponentialBuckets(0.005, 2.5, 10)}, []string{"mode"}),
 		staleSettles: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "settles_stale_total",
-			Help: "Outcomes dropped because the lease had expired and been taken over."}),
+			Help: "Outcomes dropped because their lease was lost: it expired and was taken over, or the subscriber was deleted."}),
 		claimErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "claim_errors_total",
 			Help: "Claim transactions that failed."}),
 	}

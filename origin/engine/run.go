@@ -525,12 +525,13 @@ func (r *run) policy() store.CircuitPolicy {
 }
 
 // settled counts a batch written, but for the outcomes of the deliveries in stale, which had lost
-// their lease: the store kept none of them, and the deliveries are another claim's now.
+// their lease: the store kept none of them, and the deliveries are another claim's now (or their
+// subscriber is gone).
 func (r *run) settled(batch []store.Settlement, stale []int64) {
 	r.e.m.staleSettles.Add(float64(len(stale)))
 	var lost map[int64]bool // nil, and read as empty, in nearly every batch
 	if len(stale) > 0 {
-		r.e.log.Warn("outcomes arrived after their lease was taken over", "count", len(stale))
+		r.e.log.Warn("outcomes arrived after their lease was lost (it expired and was taken over, or the subscriber was deleted)", "count", len(stale))
 		lost = make(map[int64]bool, len(stale))
 		for _, seq := range stale {
 			lost[seq] = true
@@ -550,6 +551,10 @@ func (r *run) settled(batch []store.Settlement, stale []int64) {
 				d.Delivered++
 				m.delivered.WithLabelValues(it.SubscriberID).Inc()
 			case store.ResultRetry:
+				if it.Disable != "" {
+					d.Held++ // a 410: held with its subscriber, not scheduled again
+					continue
+				}
 				d.Retried++
 				m.retried.WithLabelValues(it.SubscriberID).Inc()
 			case store.ResultReschedule:
@@ -577,6 +582,7 @@ func (r *run) prune(ctx context.Context) {
 	if n > 0 {
 		r.e.log.Info("pruned old deliveries", "count", n)
 	}
+	r.count(func(d *DrainResult) { d.Pruned += n })
 }
 
 func (r *run) count(f func(*DrainResult)) {

@@ -3,6 +3,7 @@ package main_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -242,5 +243,47 @@ func TestListenInUseSaysWhatToDo(t *testing.T) {
 		if r.code != 1 || r.stderr != want || r.stdout != "" {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 1, nothing, %q", tc.args, r.code, r.stdout, r.stderr, want)
 		}
+	}
+}
+
+// TestDrainSummaryCountsWhatItPruned: a drain prunes at its start (the engine's run) and again at
+// its end; its one summary line counts both (it said pruned 0 for a drain that had deleted one at
+// its start).
+func TestDrainSummaryCountsWhatItPruned(t *testing.T) {
+	t.Parallel()
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	defer recv.Close()
+	c := newCLI(t)
+	c.ok("subscribers", "add", "--id", "ok", "--url", recv.URL+"/hook", "--events", "*")
+	c.ok("emit", "--type", "t", "--data", `{"n":1}`)
+	if d := c.run("drain", "--until-idle", "--for", "30s", "--allow-network", "127.0.0.0/8", "--log-format", "json"); d.code != 0 {
+		t.Fatalf("first drain: %+v", d)
+	}
+	d := c.run("drain", "--until-idle", "--for", "30s", "--allow-network", "127.0.0.0/8", "--retention", "1ms", "--log-format", "json")
+	if d.code != 0 {
+		t.Fatalf("second drain: %+v", d)
+	}
+	var kept struct {
+		Deliveries []json.RawMessage `json:"deliveries"`
+	}
+	c.okJSON(&kept, "deliveries", "list", "--json")
+	if len(kept.Deliveries) != 0 {
+		t.Fatalf("the delivered delivery was kept: the test's premise fails")
+	}
+	var summary struct {
+		Msg    string `json:"msg"`
+		Pruned int    `json:"pruned"`
+	}
+	for _, line := range strings.Split(strings.TrimSpace(d.stderr), "\n") {
+		var l struct{ Msg string }
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "drain finished" {
+			_ = json.Unmarshal([]byte(line), &summary)
+		}
+	}
+	if summary.Msg == "" {
+		t.Fatalf("no summary line:\n%s", d.stderr)
+	}
+	if summary.Pruned != 1 {
+		t.Fatalf("the drain deleted 1 delivery past --retention, but its summary says pruned %d:\n%s", summary.Pruned, d.stderr)
 	}
 }

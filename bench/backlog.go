@@ -138,10 +138,10 @@ func timeClaims(ctx context.Context, st *store.Store, k int) ([]time.Duration, e
 				Result: store.ResultDelivered, Status: http.StatusOK, Circuit: store.CircuitSuccess,
 				Attempt: &store.Attempt{At: now, Status: http.StatusOK, Outcome: "delivered"}})
 		}
-		if stale, err := st.Settle(ctx, now, store.CircuitPolicy{}, settle); err != nil {
+		if written, err := st.Settle(ctx, now, store.CircuitPolicy{}, settle); err != nil {
 			return nil, fmt.Errorf("settle a claimed batch: %w", err)
-		} else if len(stale) > 0 {
-			return nil, fmt.Errorf("settle a claimed batch: %d of its leases lost", len(stale))
+		} else if len(written.Stale) > 0 {
+			return nil, fmt.Errorf("settle a claimed batch: %d of its leases lost", len(written.Stale))
 		}
 	}
 	return out, nil

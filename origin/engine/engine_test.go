@@ -718,3 +718,73 @@ func TestA410IsNotCountedRetried(t *testing.T) {
 		t.Fatalf("the delivery is held, not scheduled again, but deliveries_retried_total{subscriber=\"a\"} = %v and the drain result says retried %d, held %d", v, res.Retried, res.Held)
 	}
 }
+
+// drainASupersededFailure sends e1 to subscriber "a" (coalescing on video_id), emits e2 with the
+// same key while e1 is in flight, then lets the subscriber answer e1 with 500 (and e2 with 200).
+// The store settles e1 superseded: it is neither retried nor dead.
+func drainASupersededFailure(t *testing.T, cfg Config) (*env, DrainResult) {
+	t.Helper()
+	e := newEnv(t, cfg)
+	arrived, answer := make(chan struct{}), make(chan struct{})
+	first := true
+	k := newSink(t, func(w http.ResponseWriter, r *recorded) {
+		if first {
+			first = false
+			close(arrived)
+			<-answer
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	e.sub(store.SubscriberInput{ID: "a", URL: k.URL, Coalesce: &wire.CoalesceRule{EventTypes: []string{"video.*"}, Key: "video_id", WindowSeconds: 10}})
+	e.emit("e1", "video.updated", `{"video_id":"v1","n":1}`)
+	done := make(chan DrainResult, 1)
+	go func() {
+		res, err := e.eng.Drain(context.Background(), DrainOptions{For: 20 * time.Second, UntilIdle: true})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	<-arrived
+	e.emit("e2", "video.updated", `{"video_id":"v1","n":2}`)
+	close(answer)
+	res := <-done
+	page, err := e.st.ListDeliveries(context.Background(), store.DeliveryFilter{EventID: "e1"})
+	if err != nil || len(page.Deliveries) != 1 {
+		t.Fatalf("e1's deliveries: %d (%v)", len(page.Deliveries), err)
+	}
+	if d := page.Deliveries[0]; d.Status != store.StatusSuperseded {
+		t.Fatalf("e1's delivery is %s, want superseded (the premise of this test)", d.Status)
+	}
+	return e, res
+}
+
+// TestASupersededFailureIsNotCountedRetried: a delivery in flight when a newer event with its
+// coalesce key is emitted, and that then fails, is settled superseded by the store (not sent
+// again): it is counted superseded only, not also retried.
+func TestASupersededFailureIsNotCountedRetried(t *testing.T) {
+	t.Parallel()
+	e, res := drainASupersededFailure(t, Config{})
+	retried := testutil.ToFloat64(e.eng.m.retried.WithLabelValues("a"))
+	superseded := e.st.Counters().Superseded
+	if retried != 0 || res.Retried != 0 || superseded != 1 {
+		t.Fatalf("e1 was settled superseded (superseded_total %d), but deliveries_retried_total{subscriber=\"a\"} = %v and the drain result says retried %d; want 0: nothing was scheduled again (drain result %+v)",
+			superseded, retried, res.Retried, res)
+	}
+}
+
+// TestASupersededLastAttemptIsNotCountedDead: likewise at the last attempt: the store keeps the
+// delivery superseded (so `dead list` and a replay leave it), and deliveries_dead_total, which
+// deploy.md says to alert on, must not count a dead letter that does not exist.
+func TestASupersededLastAttemptIsNotCountedDead(t *testing.T) {
+	t.Parallel()
+	e, res := drainASupersededFailure(t, Config{MaxAttempts: 1})
+	dead := testutil.ToFloat64(e.eng.m.dead.WithLabelValues("a", store.ReasonMaxAttempts))
+	page, _ := e.st.ListDeliveries(context.Background(), store.DeliveryFilter{Status: store.StatusDead})
+	if dead != 0 || res.Dead != 0 {
+		t.Fatalf("the store holds %d dead deliveries, but deliveries_dead_total{subscriber=\"a\",reason=\"max_attempts\"} = %v and the drain result says dead %d (drain result %+v)",
+			len(page.Deliveries), dead, res.Dead, res)
+	}
+}

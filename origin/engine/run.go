@@ -368,15 +368,15 @@ func (r *run) completer() {
 // signals the loop as after any settle. The caller holds writer.
 func (r *run) settleAndClaim(batch []store.Settlement) bool {
 	out := claimOutcome{limit: min(cap(r.slots)-len(r.slots)+len(batch), r.e.cfg.BatchSize)}
-	var stale []int64
+	var written store.Settled
 	drop(r.e.st.Wake())
-	stale, out.res, out.err = r.e.st.SettleAndClaim(context.Background(), r.e.cfg.Now(), r.policy(), batch, r.claimParams(out.limit))
+	written, out.res, out.err = r.e.st.SettleAndClaim(context.Background(), r.e.cfg.Now(), r.policy(), batch, r.claimParams(out.limit))
 	if out.err != nil {
 		r.e.log.Warn("settle and claim failed; settling alone", "err", out.err)
 		r.settle(batch)
 		return false
 	}
-	r.settled(batch, stale)
+	r.settled(batch, written)
 	for range batch {
 		<-r.slots
 	}
@@ -506,10 +506,10 @@ func (r *run) take(batch []store.Settlement, wait <-chan time.Time) []store.Sett
 func (r *run) settle(batch []store.Settlement) {
 	var err error
 	for try := 0; try < 3; try++ {
-		var stale []int64
-		stale, err = r.e.st.Settle(context.Background(), r.e.cfg.Now(), r.policy(), batch)
+		var written store.Settled
+		written, err = r.e.st.Settle(context.Background(), r.e.cfg.Now(), r.policy(), batch)
 		if err == nil {
-			r.settled(batch, stale)
+			r.settled(batch, written)
 			return
 		}
 		time.Sleep(time.Duration(try+1) * 100 * time.Millisecond)
@@ -524,16 +524,22 @@ func (r *run) policy() store.CircuitPolicy {
 	return store.CircuitPolicy{Threshold: r.e.cfg.CircuitThreshold, BaseCooldown: r.e.cfg.CircuitCooldown, MaxCooldown: r.e.cfg.CircuitMaxCooldown}
 }
 
-// settled counts a batch written, but for the outcomes of the deliveries in stale, which had lost
-// their lease: the store kept none of them, and the deliveries are another claim's now (or their
-// subscriber is gone).
-func (r *run) settled(batch []store.Settlement, stale []int64) {
+// settled counts a batch written, but for the outcomes of the stale deliveries, which had lost
+// their lease (the store kept none of them: the deliveries are another claim's now, or their
+// subscriber is gone), and of those written superseded (counted by the store as such).
+func (r *run) settled(batch []store.Settlement, written store.Settled) {
+	stale := written.Stale
 	r.e.m.staleSettles.Add(float64(len(stale)))
 	var lost map[int64]bool // nil, and read as empty, in nearly every batch
 	if len(stale) > 0 {
 		r.e.log.Warn("outcomes arrived after their lease was lost (it expired and was taken over, or the subscriber was deleted)", "count", len(stale))
-		lost = make(map[int64]bool, len(stale))
+	}
+	if n := len(stale) + len(written.Superseded); n > 0 {
+		lost = make(map[int64]bool, n)
 		for _, seq := range stale {
+			lost[seq] = true
+		}
+		for _, seq := range written.Superseded {
 			lost[seq] = true
 		}
 	}

@@ -13,11 +13,11 @@ import (
 
 func settle(t testing.TB, s *Store, now time.Time, items ...Settlement) int {
 	t.Helper()
-	stale, err := s.Settle(context.Background(), now, CircuitPolicy{Threshold: 3, BaseCooldown: time.Minute, MaxCooldown: 10 * time.Minute}, items)
+	written, err := s.Settle(context.Background(), now, CircuitPolicy{Threshold: 3, BaseCooldown: time.Minute, MaxCooldown: 10 * time.Minute}, items)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(stale)
+	return len(written.Stale)
 }
 
 func done(c Claimed, r Result) Settlement {
@@ -232,9 +232,9 @@ func TestSettleAndClaimInOneTransaction(t *testing.T) {
 	ok.Attempt = &Attempt{At: clk.Now(), Status: 200, Outcome: "delivered"}
 	lost := done(first[1], ResultDelivered)
 	lost.LeaseToken = "stale" // a lease taken over: changes nothing, and must not stop the claim
-	stale, res, err := s.SettleAndClaim(context.Background(), clk.Now(), policy, []Settlement{ok, lost},
+	written, res, err := s.SettleAndClaim(context.Background(), clk.Now(), policy, []Settlement{ok, lost},
 		ClaimParams{Now: clk.Now(), Limit: 10, LeaseDuration: time.Minute})
-	if err != nil || len(stale) != 1 || stale[0] != lost.Seq {
+	if stale := written.Stale; err != nil || len(stale) != 1 || stale[0] != lost.Seq {
 		t.Fatalf("stale = %v, err = %v; want [%d], nil", stale, err, lost.Seq)
 	}
 	bySub := map[string]int{}

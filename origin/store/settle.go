@@ -63,25 +63,35 @@ type Settlement struct {
 	Circuit    CircuitEffect
 }
 
+// Settled is what a settle did not write as asked, by delivery (Seq).
+type Settled struct {
+	// Stale: their lease was lost (it expired and was taken over, or the subscriber was deleted);
+	// nothing of them was written.
+	Stale []int64
+	// Superseded: written superseded instead of going back to the queue or dying, since a newer
+	// event with their coalesce key came while they were in flight.
+	Superseded []int64
+}
+
 // Settle applies outcomes in one transaction (the engine batches them). Every update checks the
 // lease token, so a worker whose lease expired and was re-claimed cannot overwrite the new owner;
-// such settlements are skipped, and stale lists their deliveries (Seq).
+// such settlements are skipped, and listed as stale.
 //
 // The whole batch is an UPDATE … FROM (VALUES …) and an INSERT of attempts (prepared statements
 // of padChunks rows, padded), then at most one read and one write of the limiter rows touched: the number
 // of statements, not of rows, is what a batch costs.
-func (s *Store) Settle(ctx context.Context, now time.Time, policy CircuitPolicy, items []Settlement) (stale []int64, err error) {
+func (s *Store) Settle(ctx context.Context, now time.Time, policy CircuitPolicy, items []Settlement) (out Settled, err error) {
 	if len(items) == 0 {
-		return nil, nil
+		return Settled{}, nil
 	}
 	rows, err := newSettleRows(items)
 	if err != nil {
-		return nil, err
+		return Settled{}, err
 	}
 	var superseded int64
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		moves := countDeltas{}
-		if stale, err = s.settleTx(ctx, tx, now, policy, items, rows, moves); err != nil {
+		if out, err = s.settleTx(ctx, tx, now, policy, items, rows, moves); err != nil {
 			return err
 		}
 		superseded = moves.total(StatusSuperseded)
@@ -90,27 +100,27 @@ func (s *Store) Settle(ctx context.Context, now time.Time, policy CircuitPolicy,
 	if err == nil {
 		s.counters.add(superseded, 0)
 	}
-	return stale, err
+	return out, err
 }
 
 // SettleAndClaim settles items as Settle does and then claims as Claim does, in one write
 // transaction: an engine whose settle frees slots refills them without waiting for a second turn
 // on the writer. A stale settlement (lost lease) is skipped and listed, as in Settle; it does not
 // stop the claim. With no items it is a Claim.
-func (s *Store) SettleAndClaim(ctx context.Context, now time.Time, policy CircuitPolicy, items []Settlement, p ClaimParams) (stale []int64, res ClaimResult, err error) {
+func (s *Store) SettleAndClaim(ctx context.Context, now time.Time, policy CircuitPolicy, items []Settlement, p ClaimParams) (out Settled, res ClaimResult, err error) {
 	rows, err := newSettleRows(items)
 	if err != nil {
-		return nil, ClaimResult{}, err
+		return Settled{}, ClaimResult{}, err
 	}
 	c, err := s.newClaim(p)
 	if err != nil {
-		return nil, ClaimResult{}, err
+		return Settled{}, ClaimResult{}, err
 	}
 	var superseded int64
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		moves := countDeltas{} // the settle's and the claim's, written once
 		if len(items) > 0 {
-			if stale, err = s.settleTx(ctx, tx, now, policy, items, rows, moves); err != nil {
+			if out, err = s.settleTx(ctx, tx, now, policy, items, rows, moves); err != nil {
 				return err
 			}
 		}
@@ -119,11 +129,11 @@ func (s *Store) SettleAndClaim(ctx context.Context, now time.Time, policy Circui
 		return err
 	})
 	if err != nil {
-		return nil, ClaimResult{}, err
+		return Settled{}, ClaimResult{}, err
 	}
 	s.claimed(c)
 	s.counters.add(superseded+res.superseded, 0)
-	return stale, res, nil
+	return out, res, nil
 }
 
 // newSettleRows checks a batch (each delivery once, known results) and turns it into settleRows.
@@ -143,35 +153,35 @@ func newSettleRows(items []Settlement) ([]settleRow, error) {
 	return rows, nil
 }
 
-// settleTx applies a checked batch in tx and returns the deliveries whose settlements were stale.
-// It adds the moves out of leased to moves, for the caller to write.
-func (s *Store) settleTx(ctx context.Context, tx *sql.Tx, now time.Time, policy CircuitPolicy, items []Settlement, rows []settleRow, moves countDeltas) ([]int64, error) {
+// settleTx applies a checked batch in tx and returns what it did not write as asked. It adds the
+// moves out of leased to moves, for the caller to write.
+func (s *Store) settleTx(ctx context.Context, tx *sql.Tx, now time.Time, policy CircuitPolicy, items []Settlement, rows []settleRow, moves countDeltas) (Settled, error) {
+	var out Settled
 	settled := countDeltas{}
 	attempts := map[int64]int{}
 	inlined := map[int64]bool{}
 	// Leased ranges first: in a drain every settlement is of one, and nothing is left to update.
 	if err := s.settleLeased(ctx, tx, rows, ms(now), attempts, inlined, settled); err != nil {
-		return nil, fmt.Errorf("settle: %w", err)
+		return Settled{}, fmt.Errorf("settle: %w", err)
 	}
-	if err := s.settleDeliveries(ctx, tx, rows, ms(now), attempts, settled); err != nil {
-		return nil, fmt.Errorf("settle: %w", err)
+	if err := s.settleDeliveries(ctx, tx, rows, ms(now), attempts, settled, &out.Superseded); err != nil {
+		return Settled{}, fmt.Errorf("settle: %w", err)
 	}
 	if err := s.countDelivered(ctx, tx, settled, ms(now)); err != nil {
-		return nil, fmt.Errorf("settle: %w", err)
+		return Settled{}, fmt.Errorf("settle: %w", err)
 	}
 	for k, n := range settled {
 		moves[k] += n
 	}
 	if err := s.logAttempts(ctx, tx, items, attempts, inlined); err != nil {
-		return nil, fmt.Errorf("settle: attempts: %w", err)
+		return Settled{}, fmt.Errorf("settle: attempts: %w", err)
 	}
 	var order []string
-	var stale []int64
 	bySub := map[string][]*Settlement{}
 	for i := range items {
 		it := &items[i]
 		if _, ok := attempts[it.Seq]; !ok {
-			stale = append(stale, it.Seq)
+			out.Stale = append(out.Stale, it.Seq)
 			continue
 		}
 		if bySub[it.SubscriberID] == nil {
@@ -179,7 +189,7 @@ func (s *Store) settleTx(ctx context.Context, tx *sql.Tx, now time.Time, policy 
 		}
 		bySub[it.SubscriberID] = append(bySub[it.SubscriberID], it)
 	}
-	return stale, s.settleSubscribers(ctx, tx, order, bySub, now, policy)
+	return out, s.settleSubscribers(ctx, tx, order, bySub, now, policy)
 }
 
 // settleRow is one settlement as the batch UPDATE reads it (settleSQL's j, in this order).
@@ -259,17 +269,22 @@ var (
 )
 
 // settleDeliveries applies the rest of the batch (those not in done) to the rows leased with their
-// token, adds them to done with their new attempt counts, and adds the moves out of leased to c.
+// token, adds them to done with their new attempt counts, the moves out of leased to c, and those
+// written superseded to superseded.
 // The unary + keeps the planner from driving the join from the status index (a scan of every
 // leased row per batch row): it walks the batch and looks each delivery up by its primary key.
-func (s *Store) settleDeliveries(ctx context.Context, tx *sql.Tx, batch []settleRow, now int64, done map[int64]int, c countDeltas) error {
+func (s *Store) settleDeliveries(ctx context.Context, tx *sql.Tx, batch []settleRow, now int64, done map[int64]int, c countDeltas, superseded *[]int64) error {
 	var rest []settleRow
 	for _, r := range batch {
 		if _, ok := done[r.Seq]; !ok {
 			rest = append(rest, r)
 		}
 	}
-	return s.writeSettled(ctx, tx, &settleSQL, rest, false, now, done, c, nil)
+	return s.writeSettled(ctx, tx, &settleSQL, rest, false, now, done, c, func(seq int64, _ string, status Status) {
+		if status == StatusSuperseded {
+			*superseded = append(*superseded, seq)
+		}
+	})
 }
 
 // settleLeased writes the rows of the batch's deliveries that a lease of their subscriber with
@@ -284,7 +299,7 @@ func (s *Store) settleLeased(ctx context.Context, tx *sql.Tx, batch []settleRow,
 		bySeq[batch[i].Seq] = &batch[i]
 	}
 	settled := map[[2]string]int{} // (subscriber, token) → deliveries
-	err := s.writeSettled(ctx, tx, &settleLeasedSQL, batch, true, now, done, c, func(seq int64, sub string) {
+	err := s.writeSettled(ctx, tx, &settleLeasedSQL, batch, true, now, done, c, func(seq int64, sub string, _ Status) {
 		r := bySeq[seq]
 		settled[[2]string{sub, r.Token}]++
 		if r.First.At > 0 {
@@ -312,7 +327,7 @@ func (s *Store) settleLeased(ctx context.Context, tx *sql.Tx, batch []settleRow,
 // the subscriber's state decides) is first inserted without RETURNING (insertAll); only if that
 // leaves a row out does the chunk go through stmts, which tells which ones were written.
 func (s *Store) writeSettled(ctx context.Context, tx *sql.Tx, stmts *[len(padChunks)]string, rows []settleRow, ranged bool, now int64,
-	done map[int64]int, c countDeltas, each func(seq int64, sub string)) error {
+	done map[int64]int, c countDeltas, each func(seq int64, sub string, status Status)) error {
 	cols := 9
 	if ranged {
 		cols = 14
@@ -321,7 +336,7 @@ func (s *Store) writeSettled(ctx context.Context, tx *sql.Tx, stmts *[len(padChu
 		done[seq] = attempts
 		c.move(sub, StatusLeased, status, 1)
 		if each != nil {
-			each(seq, sub)
+			each(seq, sub, status)
 		}
 	}
 	var args []any // reused by every chunk

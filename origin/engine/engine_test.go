@@ -543,14 +543,7 @@ func drainAStaleOutcome(t *testing.T, cfg Config, status int) (*env, DrainResult
 	})
 	e.sub(store.SubscriberInput{ID: "a", URL: k.URL})
 	e.emit("e1", "t", `{}`)
-	done := make(chan DrainResult)
-	go func() {
-		res, err := e.eng.Drain(context.Background(), DrainOptions{For: 20 * time.Second, UntilIdle: true})
-		if err != nil {
-			t.Error(err)
-		}
-		done <- res
-	}()
+	done := e.drainInBackground()
 	<-arrived
 	e.clk.Advance(2 * DefaultLeaseDuration)
 	other, err := e.st.Claim(context.Background(), store.ClaimParams{Now: e.clk.Now(), Limit: 10, LeaseDuration: DefaultLeaseDuration})
@@ -739,14 +732,7 @@ func drainASupersededFailure(t *testing.T, cfg Config) (*env, DrainResult) {
 	})
 	e.sub(store.SubscriberInput{ID: "a", URL: k.URL, Coalesce: &wire.CoalesceRule{EventTypes: []string{"video.*"}, Key: "video_id", WindowSeconds: 10}})
 	e.emit("e1", "video.updated", `{"video_id":"v1","n":1}`)
-	done := make(chan DrainResult, 1)
-	go func() {
-		res, err := e.eng.Drain(context.Background(), DrainOptions{For: 20 * time.Second, UntilIdle: true})
-		if err != nil {
-			t.Error(err)
-		}
-		done <- res
-	}()
+	done := e.drainInBackground()
 	<-arrived
 	e.emit("e2", "video.updated", `{"video_id":"v1","n":2}`)
 	close(answer)

@@ -108,6 +108,19 @@ func (e *env) drain() DrainResult {
 	return res
 }
 
+// drainInBackground runs the drain of drain in its own goroutine and hands over its result.
+func (e *env) drainInBackground() <-chan DrainResult {
+	done := make(chan DrainResult, 1)
+	go func() {
+		res, err := e.eng.Drain(context.Background(), DrainOptions{For: 20 * time.Second, UntilIdle: true})
+		if err != nil {
+			e.t.Error(err)
+		}
+		done <- res
+	}()
+	return done
+}
+
 // only returns the single delivery of the database.
 func (e *env) only() *store.Delivery {
 	e.t.Helper()

@@ -376,7 +376,7 @@ func (s *Store) migrate(ctx context.Context, version int) error {
 		return fmt.Errorf("migrate: read version: %w", err)
 	}
 	if current > latest {
-		return fmt.Errorf("migrate: database schema version %d is newer than this binary's %d", current, latest)
+		return fmt.Errorf("migrate: database schema version %d is newer than this binary's %d: run the newer edgehook, or restore a backup made before the upgrade", current, latest)
 	}
 	for i := current; i < len(names); i++ {
 		body, err := migrationFS.ReadFile(names[i])

@@ -150,7 +150,7 @@ func runServe(cmd *cobra.Command, _ []string) error {
 	case err := <-served:
 		serveErr = fmt.Errorf("http server: %w", err)
 	case <-ctx.Done():
-		log.Info("shutting down", "grace", engCfg.StopGrace)
+		log.Info("shutting down", "grace", engCfg.StopGrace.String()) // "10s", not nanoseconds in JSON
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engCfg.StopGrace)
 	defer cancel()

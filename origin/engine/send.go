@@ -293,9 +293,9 @@ func (e *Engine) request(ctx context.Context, c store.Claimed, now time.Time) (*
 // do sends req and reads at most ExcerptBytes of the answer.
 func (e *Engine) do(req *http.Request, mode store.Mode) response {
 	t := e.http.direct
-	var connected atomic.Bool
+	var connected *atomic.Bool // edge mode only: nothing to allocate for a direct send
 	if mode == store.ModeEdge {
-		t = e.http.edge
+		t, connected = e.http.edge, new(atomic.Bool)
 		// Whether the request reached the edge at all: a failure before it did (DNS, refused, a
 		// dial or TLS handshake that timed out) is the edge's, whatever error the transport gives.
 		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
@@ -305,7 +305,8 @@ func (e *Engine) do(req *http.Request, mode store.Mode) response {
 	resp, err := t.RoundTrip(req)
 	if err != nil {
 		// Worded as http.Client words it: `Post "<url>": <cause>`.
-		return response{err: &url.Error{Op: "Post", URL: req.URL.String(), Err: err}, latency: time.Since(start), connected: connected.Load()}
+		return response{err: &url.Error{Op: "Post", URL: req.URL.String(), Err: err}, latency: time.Since(start),
+			connected: connected != nil && connected.Load()}
 	}
 	defer resp.Body.Close()
 	var excerpt []byte

@@ -392,7 +392,14 @@ const diedBetweenSQL = `subscriber_id = ?2 AND status = 'dead' AND ` + subSettle
 func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
 	var st Stats
 	nowMS := ms(now)
-	rows, err := s.r.QueryContext(ctx, `SELECT s.id, s.state, coalesce(l.paused_until, 0), coalesce(l.circuit, 'closed'), coalesce(l.circuit_until, 0),
+	// One read transaction: a subscriber created, or a delivery settled, between the reads would
+	// make the depth and the per-subscriber counts disagree.
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return Stats{}, err
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, `SELECT s.id, s.state, coalesce(l.paused_until, 0), coalesce(l.circuit, 'closed'), coalesce(l.circuit_until, 0),
 			coalesce((SELECT min(next_attempt_at) FROM deliveries INDEXED BY deliveries_due_first WHERE subscriber_id = s.id AND status = 'pending' AND attempts = 0), 0),
 			coalesce((SELECT min(next_attempt_at) FROM deliveries INDEXED BY deliveries_due_retry WHERE subscriber_id = s.id AND status = 'pending' AND attempts > 0), 0),
 			`+fanoutOldestSQL+`
@@ -433,7 +440,7 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
 		byID[st.Subscribers[i].SubscriberID] = &st.Subscribers[i]
 	}
 	// The last minute in whole seconds of settling: the second it began in counts whole.
-	rows, err = s.r.QueryContext(ctx, `SELECT subscriber_id, sum(n) FROM delivered_by_second WHERE second >= ? GROUP BY subscriber_id`,
+	rows, err = tx.QueryContext(ctx, `SELECT subscriber_id, sum(n) FROM delivered_by_second WHERE second >= ? GROUP BY subscriber_id`,
 		(nowMS-time.Minute.Milliseconds())/1000)
 	if err != nil {
 		return Stats{}, err
@@ -453,7 +460,7 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
 	if err := rows.Err(); err != nil {
 		return Stats{}, err
 	}
-	rows, err = s.r.QueryContext(ctx, `SELECT subscriber_id, status, n FROM queue_counts WHERE n > 0`)
+	rows, err = tx.QueryContext(ctx, `SELECT subscriber_id, status, n FROM queue_counts WHERE n > 0`)
 	if err != nil {
 		return Stats{}, err
 	}

@@ -774,3 +774,23 @@ func TestASupersededLastAttemptIsNotCountedDead(t *testing.T) {
 			len(page.Deliveries), dead, res.Dead, res)
 	}
 }
+
+// TestDeletedSubscribersSeriesGoAway: the per-subscriber counters keep a series for each
+// subscriber counted; a prune drops those of subscribers since deleted, and keeps the others'.
+func TestDeletedSubscribersSeriesGoAway(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	k := newSink(t, status(200))
+	for _, id := range []string{"gone", "kept"} {
+		e.sub(store.SubscriberInput{ID: id, URL: k.URL})
+	}
+	e.emit("e1", "t", `{}`)
+	e.drain()
+	if err := e.st.DeleteSubscriber(context.Background(), "gone"); err != nil {
+		t.Fatal(err)
+	}
+	e.eng.newRun(false, nil).prune(context.Background())
+	if got := subscribersIn(e.eng.m.delivered); len(got) != 1 || got[0] != "kept" {
+		t.Fatalf("delivered series of %v after the prune, want only kept's", got)
+	}
+}

@@ -2,9 +2,12 @@ package engine
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/edgehook/edgehook/origin/store"
 )
@@ -65,6 +68,40 @@ func newMetrics(st *store.Store, now func() time.Time, reg prometheus.Registerer
 		}
 	}
 	return m, nil
+}
+
+// forgetGone deletes the per-subscriber series of the subscribers exists says are gone, so that
+// a daemon whose subscribers come and go keeps no series for each one it ever counted.
+func (m *metrics) forgetGone(exists func(id string) bool) {
+	for _, v := range []*prometheus.CounterVec{m.delivered, m.failed, m.retried, m.dead, m.coalesced} {
+		for _, id := range subscribersIn(v) {
+			if !exists(id) {
+				v.DeletePartialMatch(prometheus.Labels{"subscriber": id})
+			}
+		}
+	}
+}
+
+// subscribersIn lists the subscriber label values of v's series.
+func subscribersIn(v *prometheus.CounterVec) []string {
+	ch := make(chan prometheus.Metric)
+	go func() {
+		v.Collect(ch)
+		close(ch)
+	}()
+	seen := map[string]bool{}
+	for metric := range ch {
+		var d dto.Metric
+		if metric.Write(&d) != nil {
+			continue
+		}
+		for _, l := range d.GetLabel() {
+			if l.GetName() == "subscriber" {
+				seen[l.GetValue()] = true
+			}
+		}
+	}
+	return slices.Collect(maps.Keys(seen))
 }
 
 // queueCollector reads the queue from the database at scrape time, so the gauges are right

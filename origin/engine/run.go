@@ -576,7 +576,8 @@ func (r *run) settled(batch []store.Settlement, written store.Settled) {
 }
 
 // prune applies the retention window, until ctx (the loop's) ends: a long prune at the start of
-// a cron drain held it past its --for and past a SIGTERM. What it leaves, the next prune does.
+// a cron drain held it past its --for and past a SIGTERM. What it leaves, the next prune does. It
+// also drops the metric series of deleted subscribers.
 func (r *run) prune(ctx context.Context) {
 	n, err := r.e.st.Prune(ctx, r.e.cfg.Now().Add(-r.e.cfg.Retention))
 	if err != nil {
@@ -589,6 +590,14 @@ func (r *run) prune(ctx context.Context) {
 		r.e.log.Info("pruned old deliveries", "count", n)
 	}
 	r.count(func(d *DrainResult) { d.Pruned += n })
+	// The metrics of deleted subscribers go at the same pace.
+	if subs, err := r.e.st.ListSubscribers(ctx); err == nil {
+		live := make(map[string]bool, len(subs))
+		for _, s := range subs {
+			live[s.ID] = true
+		}
+		r.e.m.forgetGone(func(id string) bool { return live[id] })
+	}
 }
 
 func (r *run) count(f func(*DrainResult)) {

@@ -776,7 +776,8 @@ func TestASupersededLastAttemptIsNotCountedDead(t *testing.T) {
 }
 
 // TestDeletedSubscribersSeriesGoAway: the per-subscriber counters keep a series for each
-// subscriber counted; a prune drops those of subscribers since deleted, and keeps the others'.
+// subscriber counted; a daemon's prune tick drops those of subscribers since deleted, and keeps
+// the others'.
 func TestDeletedSubscribersSeriesGoAway(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{})
@@ -789,8 +790,8 @@ func TestDeletedSubscribersSeriesGoAway(t *testing.T) {
 	if err := e.st.DeleteSubscriber(context.Background(), "gone"); err != nil {
 		t.Fatal(err)
 	}
-	e.eng.newRun(false, nil).prune(context.Background())
+	e.eng.newRun(false, nil).forgetGone(context.Background())
 	if got := subscribersIn(e.eng.m.delivered); len(got) != 1 || got[0] != "kept" {
-		t.Fatalf("delivered series of %v after the prune, want only kept's", got)
+		t.Fatalf("delivered series of %v after the prune tick, want only kept's", got)
 	}
 }

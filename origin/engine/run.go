@@ -212,6 +212,7 @@ func (r *run) loop(ctx context.Context, daemon bool) {
 			last, claimed = r.takeSettleClaim(), true
 		case <-pruneTick:
 			r.prune(ctx)
+			r.forgetGone(ctx)
 		case <-ctx.Done():
 		}
 	}
@@ -576,8 +577,7 @@ func (r *run) settled(batch []store.Settlement, written store.Settled) {
 }
 
 // prune applies the retention window, until ctx (the loop's) ends: a long prune at the start of
-// a cron drain held it past its --for and past a SIGTERM. What it leaves, the next prune does. It
-// also drops the metric series of deleted subscribers.
+// a cron drain held it past its --for and past a SIGTERM. What it leaves, the next prune does.
 func (r *run) prune(ctx context.Context) {
 	n, err := r.e.st.Prune(ctx, r.e.cfg.Now().Add(-r.e.cfg.Retention))
 	if err != nil {
@@ -590,14 +590,20 @@ func (r *run) prune(ctx context.Context) {
 		r.e.log.Info("pruned old deliveries", "count", n)
 	}
 	r.count(func(d *DrainResult) { d.Pruned += n })
-	// The metrics of deleted subscribers go at the same pace.
-	if subs, err := r.e.st.ListSubscribers(ctx); err == nil {
-		live := make(map[string]bool, len(subs))
-		for _, s := range subs {
-			live[s.ID] = true
-		}
-		r.e.m.forgetGone(func(id string) bool { return live[id] })
+}
+
+// forgetGone drops the metric series of deleted subscribers: a daemon's, at each prune tick (a
+// drain's process ends before they could pile up).
+func (r *run) forgetGone(ctx context.Context) {
+	subs, err := r.e.st.ListSubscribers(ctx)
+	if err != nil {
+		return
 	}
+	live := make(map[string]bool, len(subs))
+	for _, s := range subs {
+		live[s.ID] = true
+	}
+	r.e.m.forgetGone(func(id string) bool { return live[id] })
 }
 
 func (r *run) count(f func(*DrainResult)) {

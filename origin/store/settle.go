@@ -259,14 +259,22 @@ var heldReason = heldReasonOf("deliveries.subscriber_id")
 
 // returnedStatus is the status of a delivery in flight that comes back unsent: superseded if a
 // newer event with its coalesce key was emitted meanwhile (supersedeStored), else unsentStatus;
-// returnedReason is its reason (a delivery in flight has none but that mark).
+// returnedReason is its reason (a delivery in flight has none but that mark). diedStatus and
+// diedReason are the same for one that dies: superseded, not dead, so that a replay of the dead
+// leaves it.
 var (
-	returnedStatus = `CASE WHEN deliveries.reason = '` + ReasonNewerEvent + `' THEN 'superseded' ELSE ` + unsentStatus + ` END`
-	returnedReason = `CASE WHEN deliveries.reason = '` + ReasonNewerEvent + `' THEN deliveries.reason ELSE ` + heldReason + ` END`
-	// Likewise one that dies: superseded, not dead, so that a replay of the dead leaves it.
-	diedStatus = `CASE WHEN deliveries.reason = '` + ReasonNewerEvent + `' THEN 'superseded' ELSE 'dead' END`
-	diedReason = `CASE WHEN deliveries.reason = '` + ReasonNewerEvent + `' THEN deliveries.reason ELSE j.reason END`
+	returnedStatus, returnedReason = unlessMarked(unsentStatus, heldReason)
+	diedStatus, diedReason         = unlessMarked(`'dead'`, `j.reason`)
 )
+
+// unlessMarked returns the status and reason SQL of a leased delivery that settles as status and
+// reason (SQL expressions), unless a newer event with its key marked it (ReasonNewerEvent): then
+// it is superseded and keeps the mark.
+func unlessMarked(status, reason string) (string, string) {
+	marked := `deliveries.reason = '` + ReasonNewerEvent + `'`
+	return `CASE WHEN ` + marked + ` THEN 'superseded' ELSE ` + status + ` END`,
+		`CASE WHEN ` + marked + ` THEN deliveries.reason ELSE ` + reason + ` END`
+}
 
 // settleDeliveries applies the rest of the batch (those not in done) to the rows leased with their
 // token, adds them to done with their new attempt counts, the moves out of leased to c, and those

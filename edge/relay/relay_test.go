@@ -247,15 +247,22 @@ func TestAReplayOfAHopFromAheadIsAnsweredFromItsMark(t *testing.T) {
 	}
 }
 
-func TestForwardedHeaders(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t, plainRecord)
+// forward relays a request carrying extra headers to a subscriber that answers 200, and returns
+// the headers the subscriber got and the edge's answer.
+func (f *fixture) forward(t *testing.T, extra map[string]string) (relay.Header, *relay.Response) {
+	t.Helper()
 	var got relay.Header
 	r := f.relay(t, f.subs, f.dedup, upstreamFunc(func(req *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
 		got = req.Header
 		return ok200(req)
 	}))
-	r.Handle(context.Background(), f.request("", map[string]string{
+	resp := r.Handle(context.Background(), f.request("", extra))
+	return got, resp
+}
+
+func TestForwardedHeaders(t *testing.T) {
+	t.Parallel()
+	got, _ := newFixture(t, plainRecord).forward(t, map[string]string{
 		"Webhook-Id": "evt_1", "Content-Type": "application/json", "X-VVV-Signature": "sha256=ab",
 		"Host": "edge.example", "Content-Length": "7", "Connection": "keep-alive", "CF-Connecting-IP": "192.0.2.1",
 		"X-Forwarded-For": "192.0.2.1", "X-Real-IP": "192.0.2.1", "Edgehook-Unknown": "x", "X-Token": "from-origin",
@@ -268,7 +275,7 @@ func TestForwardedHeaders(t *testing.T) {
 		// Near misses of stripped names are forwarded.
 		"Hosts": "h", "Upgrade-Insecure-Requests": "1", "Tea": "t", "Content-Language": "en", "Edgehook": "e",
 		"True-Client": "t", "Forwarded-By": "f", "Accept": "*/*", "CDN": "c",
-	}))
+	})
 	want := map[string]string{"webhook-id": "evt_1", "content-type": "application/json", "x-vvv-signature": "sha256=ab", "x-token": "t",
 		"hosts": "h", "upgrade-insecure-requests": "1", "tea": "t", "content-language": "en", "edgehook": "e",
 		"true-client": "t", "forwarded-by": "f", "accept": "*/*", "cdn": "c"}

@@ -3,7 +3,6 @@ package api_test
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -476,19 +475,7 @@ func TestQueueFull(t *testing.T) {
 func TestDatabaseLocked(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(s *setup) { s.store.BusyTimeout = 50 * time.Millisecond })
-	db, err := sql.Open("sqlite", "file:"+e.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	conn, err := db.Conn(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
-		t.Fatal(err)
-	}
+	unlock := e.lockDatabase()
 	r := e.do("POST", "/v1/events", `{"id":"locked","type":"a","data":1}`)
 	r.wantError(t, http.StatusServiceUnavailable, api.CodeUnavailable, "")
 	if r.header.Get("Retry-After") == "" {
@@ -498,9 +485,7 @@ func TestDatabaseLocked(t *testing.T) {
 	e.do("GET", "/readyz", nil).wantError(t, http.StatusServiceUnavailable, api.CodeUnavailable, "")
 	e.do("GET", "/healthz", nil).want(t, http.StatusOK)
 
-	if _, err := conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
-		t.Fatal(err)
-	}
+	unlock()
 	e.do("GET", "/readyz", nil).want(t, http.StatusOK)
 	if _, err := e.store.GetEvent(context.Background(), "locked"); err == nil {
 		t.Fatal("the event refused with 503 was written")

@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"context"
-	"database/sql"
 	"net/http"
 	"strings"
 	"testing"
@@ -15,20 +14,7 @@ import (
 func TestClientGoneWhileDatabaseLockedIsNotInternal(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(s *setup) { s.store.BusyTimeout = time.Second })
-	db, err := sql.Open("sqlite", "file:"+e.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	conn, err := db.Conn(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
-		t.Fatal(err)
-	}
-	defer conn.ExecContext(context.Background(), "ROLLBACK")
+	defer e.lockDatabase()()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()

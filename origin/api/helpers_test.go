@@ -3,6 +3,7 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -119,6 +120,31 @@ func (r response) decode(t *testing.T, v any) {
 	t.Helper()
 	if err := json.Unmarshal(r.body, v); err != nil {
 		t.Fatalf("decoding %q: %v", r.body, err)
+	}
+}
+
+// lockDatabase takes the database's write lock from another connection, as another process
+// would, until unlock (or the test's end).
+func (e *env) lockDatabase() (unlock func()) {
+	e.t.Helper()
+	db, err := sql.Open("sqlite", "file:"+e.path)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { db.Close() })
+	conn, err := db.Conn(context.Background())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { conn.Close() })
+	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
+		e.t.Fatal(err)
+	}
+	return func() {
+		e.t.Helper()
+		if _, err := conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
+			e.t.Fatal(err)
+		}
 	}
 }
 

@@ -94,6 +94,12 @@ func strictUnmarshal(body []byte, v any) error {
 // bodySubject names the whole decoded value in an error, where no field is at fault.
 const bodySubject = "the request body"
 
+// wrongType is the 400 for a value at path that type t cannot take: got names what it was ("JSON
+// string", "null").
+func wrongType(path string, t reflect.Type, got string) *Error {
+	return errorf(http.StatusBadRequest, CodeBadRequest, path, "%s must be %s, not %s", subjectOf(path), describeType(t), got)
+}
+
 // subjectOf names the value at path (a field's path, "" for the whole body) in an error.
 func subjectOf(path string) string {
 	if path == "" {
@@ -113,7 +119,7 @@ func jsonError(err error) *Error {
 	case errors.As(err, &syn):
 		return errorf(http.StatusBadRequest, CodeBadRequest, "", "malformed JSON at byte %d: %v", syn.Offset, err)
 	case errors.As(err, &typ):
-		return errorf(http.StatusBadRequest, CodeBadRequest, typ.Field, "%s must be %s, not JSON %s", subjectOf(typ.Field), describeType(typ.Type), typ.Value)
+		return wrongType(typ.Field, typ.Type, "JSON "+typ.Value)
 	case errors.Is(err, io.EOF):
 		return errorf(http.StatusBadRequest, CodeBadRequest, "", "request body is empty")
 	case errors.Is(err, io.ErrUnexpectedEOF):

@@ -42,7 +42,7 @@ func (w keyWalker) value(t reflect.Type, path string) error {
 	// The decoder names a value of the wrong type without its place in arrays and maps
 	// ("events.type"): strictUnmarshal asks the walk, which knows it ("events[2].type").
 	if kind := jsonKind(tok); !takes(t, kind) {
-		return errorf(http.StatusBadRequest, CodeBadRequest, path, "%s must be %s, not JSON %s", subjectOf(path), describeType(t), kind)
+		return wrongType(path, t, "JSON "+kind)
 	}
 	d, ok := tok.(json.Delim)
 	switch {
@@ -106,7 +106,7 @@ func nullAt(t reflect.Type, path string) error {
 	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Interface:
 		return nil
 	}
-	return errorf(http.StatusBadRequest, CodeBadRequest, path, "%s must be %s, not null", subjectOf(path), describeType(t))
+	return wrongType(path, t, "null")
 }
 
 // object checks the members of an object (its '{' read) that decodes into t, a struct or a map.

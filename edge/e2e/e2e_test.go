@@ -26,6 +26,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/edgehook/edgehook/edge/harness/harnesstest"
+	"github.com/edgehook/edgehook/internal/syncbuf"
 	"github.com/edgehook/edgehook/shared/signature"
 	"github.com/edgehook/edgehook/shared/wire"
 )
@@ -303,7 +304,7 @@ func TestDev(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stderr := &lockedBuffer{}
+	stderr := &syncbuf.Buffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -426,22 +427,4 @@ func post(t *testing.T, url, body string, status int) []byte {
 		t.Fatalf("POST %s: %d %s, want %d", url, resp.StatusCode, data, status)
 	}
 	return data
-}
-
-// lockedBuffer is a bytes.Buffer a child process writes while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

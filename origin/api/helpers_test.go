@@ -11,9 +11,9 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/edgehook/edgehook/internal/syncbuf"
 	"github.com/edgehook/edgehook/origin/api"
 	"github.com/edgehook/edgehook/origin/store"
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,25 +30,8 @@ type env struct {
 	store *store.Store
 	srv   *api.Server
 	token string
-	logs  *syncBuffer
+	logs  *syncbuf.Buffer
 	path  string
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 type setup struct {
@@ -68,7 +51,7 @@ func newEnv(t *testing.T, opts ...func(*setup)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector())
 	s.api.Store, s.api.Registry, s.api.Tokens = st, reg, s.tokens

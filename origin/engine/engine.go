@@ -127,11 +127,14 @@ type DrainResult struct {
 	Delivered int
 	Retried   int // failed and rescheduled (including throttled and edge-coalesced)
 	Dead      int
-	Released  int   // returned unsent at the end
-	Held      int   // held after a 410 with their subscriber, now disabled
-	Stale     int   // outcomes that came back after their lease was lost (expired, or the subscriber deleted): not written, and in none of the above
-	Pruned    int64 // finished deliveries deleted past the retention window, at the start
-	Idle      bool  // it stopped because nothing was due
+	Released  int // returned unsent at the end
+	Held      int // held after a 410 with their subscriber, now disabled
+	// Superseded: outcomes written superseded (a newer event with the delivery's coalesce key came
+	// while it was in flight), in none of the above.
+	Superseded int
+	Stale      int   // outcomes that came back after their lease was lost (expired, or the subscriber deleted): not written, and in none of the above
+	Pruned     int64 // finished deliveries deleted past the retention window, at the start
+	Idle       bool  // it stopped because nothing was due
 }
 
 // Drain runs the engine in the foreground for a bounded time (for cron on hosts without a process

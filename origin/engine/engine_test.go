@@ -256,14 +256,7 @@ func TestCircuitBreakerStopsHammering(t *testing.T) {
 	e := newEnv(t, Config{CircuitThreshold: 2, CircuitCooldown: time.Minute, CircuitMaxCooldown: time.Hour,
 		BackoffBase: time.Millisecond, BackoffCap: time.Millisecond, MaxAttempts: 100})
 	healthy := make(chan struct{})
-	k := newSink(t, func(w http.ResponseWriter, r *recorded) {
-		select {
-		case <-healthy:
-			w.WriteHeader(200)
-		default:
-			w.WriteHeader(500)
-		}
-	})
+	k := newSink(t, failingUntil(healthy))
 	e.sub(store.SubscriberInput{URL: k.URL, MaxInFlight: 1})
 	for i := range 5 {
 		e.emit(fmt.Sprintf("e%d", i), "t", `{}`)
@@ -758,6 +751,9 @@ func TestASupersededFailureIsNotCountedRetried(t *testing.T) {
 	if retried != 0 || res.Retried != 0 || superseded != 1 {
 		t.Fatalf("e1 was settled superseded (superseded_total %d), but deliveries_retried_total{subscriber=\"a\"} = %v and the drain result says retried %d; want 0: nothing was scheduled again (drain result %+v)",
 			superseded, retried, res.Retried, res)
+	}
+	if res.Superseded != 1 {
+		t.Fatalf("the drain result says superseded %d, want 1: e1's outcome was written superseded (drain result %+v)", res.Superseded, res)
 	}
 }
 

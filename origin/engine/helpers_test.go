@@ -172,6 +172,18 @@ func (s *sink) received() []*recorded {
 	return append([]*recorded(nil), s.requests...)
 }
 
+// failingUntil answers 500 until healthy is closed, then 200.
+func failingUntil(healthy <-chan struct{}) func(w http.ResponseWriter, r *recorded) {
+	return func(w http.ResponseWriter, _ *recorded) {
+		select {
+		case <-healthy:
+			w.WriteHeader(200)
+		default:
+			w.WriteHeader(500)
+		}
+	}
+}
+
 func status(code int, headers ...string) func(w http.ResponseWriter, r *recorded) {
 	return func(w http.ResponseWriter, _ *recorded) {
 		for i := 0; i+1 < len(headers); i += 2 {

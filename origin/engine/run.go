@@ -544,11 +544,14 @@ func (r *run) settled(batch []store.Settlement, written store.Settled) {
 			lost[seq] = true
 		}
 	}
+	r.logCircuits(written.Circuits)
+	r.logDead(batch, lost)
 	// The counters of results, here and not when an answer is decided: a stale outcome is none
 	// of them (the store kept nothing of it; the claim that took the delivery over counts it).
 	m := r.e.m
 	r.count(func(d *DrainResult) {
 		d.Stale += len(stale)
+		d.Superseded += len(written.Superseded)
 		for _, it := range batch {
 			if lost[it.Seq] {
 				continue
@@ -574,6 +577,45 @@ func (r *run) settled(batch []store.Settlement, written store.Settled) {
 			}
 		}
 	})
+}
+
+// logCircuits logs the circuits a settle opened or closed: an open circuit holds all of a
+// subscriber's deliveries back, which the operator should not have to find in a gauge.
+func (r *run) logCircuits(changes []store.CircuitChange) {
+	for _, c := range changes {
+		if c.Opened {
+			r.e.log.Warn("circuit opened: the subscriber's deliveries wait until its cool-down ends, then one probe is sent",
+				"subscriber", c.SubscriberID, "consecutive_failures", c.Failures, "openings", c.Opens, "until", c.Until.UTC())
+		} else {
+			r.e.log.Info("circuit closed: the subscriber answered again", "subscriber", c.SubscriberID)
+		}
+	}
+}
+
+// logDead logs the deliveries of a batch that died (but for those in lost, which did not): one
+// line per subscriber and reason, with the count, the first one's id and its last error, so a
+// subscriber failing for good does not write a line per delivery.
+func (r *run) logDead(batch []store.Settlement, lost map[int64]bool) {
+	type group struct{ sub, reason string }
+	var order []group
+	first := map[group]*store.Settlement{}
+	count := map[group]int{}
+	for i := range batch {
+		it := &batch[i]
+		if it.Result != store.ResultDead || lost[it.Seq] {
+			continue
+		}
+		g := group{it.SubscriberID, it.Reason}
+		if count[g] == 0 {
+			order = append(order, g)
+			first[g] = it
+		}
+		count[g]++
+	}
+	for _, g := range order {
+		r.e.log.Warn("deliveries dead-lettered: retry or replay them once the subscriber is fixed",
+			"subscriber", g.sub, "reason", g.reason, "count", count[g], "delivery", r.e.st.DeliveryID(first[g].Seq), "last_error", first[g].Error)
+	}
 }
 
 // prune applies the retention window, until ctx (the loop's) ends: a long prune at the start of

@@ -667,7 +667,7 @@ func (s *Store) completeClaims(ctx context.Context, tx *sql.Tx, rows []claimedRo
 		if sub == nil || ev == nil {
 			return nil, fmt.Errorf("claim: delivery %d lost its subscriber or event", r.seq)
 		}
-		out = append(out, Claimed{Seq: r.seq, DeliveryID: s.deliveryID(r.seq), LeaseToken: token, Attempts: r.attempts,
+		out = append(out, Claimed{Seq: r.seq, DeliveryID: s.DeliveryID(r.seq), LeaseToken: token, Attempts: r.attempts,
 			AgeFrom: fromMS(r.ageFrom), CoalesceKey: r.coalesceKey, Event: *ev, Subscriber: sub, Probe: probes[r.subID],
 			LeaseExpires: fromMS(leaseUntil)})
 	}

@@ -12,8 +12,8 @@ import (
 	"time"
 )
 
-// deliveryID renders the public id of the delivery of seq, a row or not (deliverySeqOf).
-func (s *Store) deliveryID(seq int64) string {
+// DeliveryID renders the public id of the delivery of seq, a row or not (deliverySeqOf).
+func (s *Store) DeliveryID(seq int64) string {
 	return "dlv_" + s.storeID + "_" + strconv.FormatInt(seq, 10)
 }
 
@@ -44,7 +44,7 @@ func (s *Store) scanDelivery(row rowScanner) (Delivery, int64, error) {
 	if created == 0 { // a compact delivered row (migration 0014)
 		created, next, dlv = evAt, evAt, updated
 	}
-	d.ID, d.Status = s.deliveryID(seq), Status(status)
+	d.ID, d.Status = s.DeliveryID(seq), Status(status)
 	d.NextAttemptAt, d.CreatedAt, d.UpdatedAt = fromMS(next), fromMS(created), fromMS(updated)
 	d.DeliveredAt, d.LeaseExpiresAt = fromMS(dlv), fromMS(leaseTo)
 	return d, seq, nil

@@ -66,7 +66,7 @@ func TestFanoutDeliveriesExistBeforeTheirRows(t *testing.T) {
 	if n, leases := countRows(t, s, `SELECT count(*) FROM deliveries`), countRows(t, s, `SELECT count(*) FROM leases`); n != 0 || leases != 3 {
 		t.Fatalf("%d rows and %d leases after the claim, want none and one per subscriber", n, leases)
 	}
-	if _, err := s.GetDelivery(ctx, s.deliveryID(deliverySeqOf(1, 7))); !errors.Is(err, ErrNotFound) {
+	if _, err := s.GetDelivery(ctx, s.DeliveryID(deliverySeqOf(1, 7))); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("a delivery to no subscriber: %v, want not found", err)
 	}
 }
@@ -98,7 +98,7 @@ func TestListingMergesRowsAndFanouts(t *testing.T) {
 		if err := rows.Scan(&seq); err != nil {
 			t.Fatal(err)
 		}
-		want = append(want, s.deliveryID(seq))
+		want = append(want, s.DeliveryID(seq))
 	}
 	rows.Close()
 	if rowCount := countRows(t, s, `SELECT count(*) FROM deliveries`); rowCount == 0 || rowCount == int64(len(want)) {

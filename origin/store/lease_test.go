@@ -420,7 +420,7 @@ func TestMigrationTo12KeepsTheAttemptLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, _ := open(t, Options{Path: path, Now: clk.Now})
-	d, err := s.GetDelivery(ctx, s.deliveryID(1048576))
+	d, err := s.GetDelivery(ctx, s.DeliveryID(1048576))
 	if err != nil {
 		t.Fatal(err)
 	}

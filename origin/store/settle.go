@@ -71,6 +71,17 @@ type Settled struct {
 	// Superseded: written superseded instead of going back to the queue or dying, since a newer
 	// event with their coalesce key came while they were in flight.
 	Superseded []int64
+	// Circuits: the subscribers whose circuit breaker the settle opened or closed.
+	Circuits []CircuitChange
+}
+
+// CircuitChange is a subscriber's circuit breaker opened or closed by a settle.
+type CircuitChange struct {
+	SubscriberID string
+	Opened       bool      // false: closed again, by a success
+	Failures     int       // consecutive failures, when opened
+	Opens        int       // openings in a row without a success, when opened
+	Until        time.Time // the end of the cool-down, when opened
 }
 
 // Settle applies outcomes in one transaction (the engine batches them). Every update checks the
@@ -189,7 +200,9 @@ func (s *Store) settleTx(ctx context.Context, tx *sql.Tx, now time.Time, policy 
 		}
 		bySub[it.SubscriberID] = append(bySub[it.SubscriberID], it)
 	}
-	return out, s.settleSubscribers(ctx, tx, order, bySub, now, policy)
+	var err error
+	out.Circuits, err = s.settleSubscribers(ctx, tx, order, bySub, now, policy)
+	return out, err
 }
 
 // settleRow is one settlement as the batch UPDATE reads it (settleSQL's j, in this order).
@@ -557,15 +570,16 @@ type limiterState struct {
 // settleSubscribers applies the effects of the settlements on their subscribers, in order: a
 // disable (410), the latest Retry-After pause, and the circuit breaker folded over every success
 // and failure (and releases: see apply). The limiter rows are read with one statement and only the changed ones written with
-// another: in the common case (successes on a closed circuit) nothing is written.
-func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []string, bySub map[string][]*Settlement, now time.Time, policy CircuitPolicy) error {
+// another: in the common case (successes on a closed circuit) nothing is written. It returns the
+// circuits it opened or closed.
+func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []string, bySub map[string][]*Settlement, now time.Time, policy CircuitPolicy) ([]CircuitChange, error) {
 	var ids []string
 	for _, id := range order {
 		news := false
 		for _, it := range bySub[id] {
 			if it.Disable != "" {
 				if err := s.setStateTx(ctx, tx, id, StateDisabled, it.Disable, ms(now)); err != nil && !errors.Is(err, ErrNotFound) {
-					return fmt.Errorf("settle subscriber %s: %w", id, err)
+					return nil, fmt.Errorf("settle subscriber %s: %w", id, err)
 				}
 				break
 			}
@@ -578,9 +592,10 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 		}
 	}
 	if len(ids) == 0 {
-		return nil
+		return nil, nil
 	}
 	var changed []limiterState
+	var circuits []CircuitChange
 	args := make([]any, 0, len(ids))
 	err := padded(len(ids), func(k, lo, hi int) error {
 		args = args[:0]
@@ -599,12 +614,15 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 			}
 			if next := st.apply(bySub[st.ID], now, policy); next != st {
 				changed = append(changed, next)
+				if c, ok := circuitChange(st, next); ok {
+					circuits = append(circuits, c)
+				}
 			}
 		}
 		return rows.Err()
 	})
 	if err != nil || len(changed) == 0 {
-		return err
+		return nil, err
 	}
 	data, _ := json.Marshal(changed)
 	_, err = s.exec(ctx, tx, `UPDATE limiter SET consecutive_failures = j.failures, circuit = j.circuit, circuit_until = j.until,
@@ -612,7 +630,24 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 		FROM (SELECT value->>'id' AS id, value->>'failures' AS failures, value->>'circuit' AS circuit, value->>'until' AS until,
 			value->>'opens' AS opens, value->>'paused' AS paused FROM jsonb_each(?)) AS j
 		WHERE limiter.subscriber_id = j.id`, string(data))
-	return err
+	if err != nil {
+		return nil, err
+	}
+	return circuits, nil
+}
+
+// circuitChange tells whether a subscriber's circuit went from was to now open (a failed probe
+// opens it again) or closed.
+func circuitChange(was, now limiterState) (CircuitChange, bool) {
+	c := CircuitChange{SubscriberID: now.ID}
+	switch {
+	case now.Circuit == "open" && now.Opens != was.Opens:
+		c.Opened, c.Failures, c.Opens, c.Until = true, now.Failures, now.Opens, time.UnixMilli(now.Until)
+	case now.Circuit == "closed" && was.Circuit != "closed":
+	default:
+		return c, false
+	}
+	return c, true
 }
 
 // readLimitersSQL reads the limiter rows of the subscribers bound (padded with NULLs).

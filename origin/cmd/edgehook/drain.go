@@ -62,7 +62,7 @@ in the database, so a drain may run beside serve or another drain on the same fi
 				pruned, err = st.Prune(cmd.Context(), st.Now().Add(-cfg.Retention))
 			}
 			log.Info("drain finished", "claimed", res.Claimed, "delivered", res.Delivered, "retried", res.Retried,
-				"dead", res.Dead, "held", res.Held, "released", res.Released, "stale", res.Stale, "idle", res.Idle, "pruned", res.Pruned+pruned)
+				"dead", res.Dead, "held", res.Held, "superseded", res.Superseded, "released", res.Released, "stale", res.Stale, "idle", res.Idle, "pruned", res.Pruned+pruned)
 			return err
 		},
 	}

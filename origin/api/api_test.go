@@ -591,8 +591,8 @@ func TestDecodedDataReachesTheStoreProven(t *testing.T) {
 	}
 }
 
-// TestPatchRefusesSilentResets: a zero rate, burst, in-flight cap or timeout, and a null for any
-// field but coalesce, are refused naming the field, and leave the subscriber as it was. (Zero was
+// TestPatchRefusesSilentResets: a zero rate, burst, in-flight cap or timeout, an empty mode or
+// profile, and a null for any field but coalesce, are refused naming the field, and leave the subscriber as it was. (Zero was
 // taken as "the default" and null as "absent": an operator throttling with rate 0 got 10/s.)
 func TestPatchRefusesSilentResets(t *testing.T) {
 	t.Parallel()
@@ -609,6 +609,8 @@ func TestPatchRefusesSilentResets(t *testing.T) {
 		{`{"events":null}`, "events"},
 		{`{"headers":null}`, "headers"},
 		{`{"burst":7,"mode":null}`, "mode"},
+		{`{"mode":""}`, "mode"},
+		{`{"profile":""}`, "profile"},
 	} {
 		e.do("PATCH", "/v1/subscribers/shop", c.body).wantError(t, http.StatusUnprocessableEntity, api.CodeInvalid, c.field)
 	}

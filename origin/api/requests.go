@@ -120,18 +120,20 @@ func (r *SubscriberUpdate) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Patch converts the request for the store. A zero rate, burst, in-flight cap or timeout is an
-// error: at creation zero means the default, but here it would silently reset the setting.
+// Patch converts the request for the store. A zero rate, burst, in-flight cap or timeout, and an
+// empty profile or mode, are errors: at creation they mean the default, but here they would
+// silently reset the setting (an edge subscriber would go direct).
 func (r *SubscriberUpdate) Patch() (store.SubscriberPatch, error) {
 	p := store.SubscriberPatch{URL: r.URL, Events: r.Events, Profile: r.Profile, LegacyPrefix: r.LegacyPrefix, Mode: r.Mode,
 		RatePerSec: r.RatePerSec, Burst: r.Burst, MaxInFlight: r.MaxInFlight, TimeoutMS: r.TimeoutMS, Headers: r.Headers}
 	for _, f := range []struct {
-		name string
-		zero bool
-	}{{"rate_per_sec", r.RatePerSec != nil && *r.RatePerSec == 0}, {"burst", r.Burst != nil && *r.Burst == 0},
-		{"max_in_flight", r.MaxInFlight != nil && *r.MaxInFlight == 0}, {"timeout_ms", r.TimeoutMS != nil && *r.TimeoutMS == 0}} {
-		if f.zero {
-			return p, invalid(f.name, errors.New("must not be 0; leave the field out to keep its value"))
+		name, zero string
+		isZero     bool
+	}{{"rate_per_sec", "0", r.RatePerSec != nil && *r.RatePerSec == 0}, {"burst", "0", r.Burst != nil && *r.Burst == 0},
+		{"max_in_flight", "0", r.MaxInFlight != nil && *r.MaxInFlight == 0}, {"timeout_ms", "0", r.TimeoutMS != nil && *r.TimeoutMS == 0},
+		{"profile", "empty", r.Profile != nil && *r.Profile == ""}, {"mode", "empty", r.Mode != nil && *r.Mode == ""}} {
+		if f.isZero {
+			return p, invalid(f.name, fmt.Errorf("must not be %s; leave the field out to keep its value", f.zero))
 		}
 	}
 	if r.Coalesce != nil {

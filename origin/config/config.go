@@ -34,6 +34,9 @@ const annotation = "edgehook.setting"
 // secretAnnotation marks a setting whose value is a secret: an error never quotes it.
 const secretAnnotation = "edgehook.secret"
 
+// sourceAnnotation records where Apply found a setting's value: the variable, or the file and key.
+const sourceAnnotation = "edgehook.source"
+
 // MaxFileBytes bounds a config file; anything larger is a mistake (a wrong path).
 const MaxFileBytes = 1 << 20
 
@@ -231,7 +234,7 @@ func ReadFile(path string, known func(key string) bool) (File, error) {
 
 // Apply sets every setting of fs that the command line left alone from the environment (looked up
 // with lookup, normally os.LookupEnv) or else from file (which may be nil). The error names the
-// variable or the file key and the flag it feeds.
+// variable or the file key and the flag it feeds. Source tells afterwards where a value came from.
 func Apply(fs *pflag.FlagSet, lookup func(string) (string, bool), file File, fileName string) error {
 	var err error
 	fs.VisitAll(func(f *pflag.Flag) {
@@ -242,6 +245,7 @@ func Apply(fs *pflag.FlagSet, lookup func(string) (string, bool), file File, fil
 			if e := f.Value.Set(v); e != nil {
 				err = fmt.Errorf("invalid value %s for %s (--%s): %v", shown(f, v), EnvName(f.Name), f.Name, e)
 			}
+			err = errors.Join(err, fs.SetAnnotation(f.Name, sourceAnnotation, []string{EnvName(f.Name)}))
 			return
 		}
 		if v, ok := file[FileKey(f.Name)]; ok {
@@ -250,9 +254,19 @@ func Apply(fs *pflag.FlagSet, lookup func(string) (string, bool), file File, fil
 			} else if e := f.Value.Set(v.Text); e != nil {
 				err = fmt.Errorf("config file %s: invalid value %s for %q (--%s): %v", fileName, shown(f, v.Text), FileKey(f.Name), f.Name, e)
 			}
+			err = errors.Join(err, fs.SetAnnotation(f.Name, sourceAnnotation, []string{fmt.Sprintf("config file %s, key %q", fileName, FileKey(f.Name))}))
 		}
 	})
 	return err
+}
+
+// Source returns where Apply found the value of f: its environment variable, or the config file
+// and key; "" if it did not set f (the command line or the default did).
+func Source(f *pflag.Flag) string {
+	if v := f.Annotations[sourceAnnotation]; len(v) == 1 {
+		return v[0]
+	}
+	return ""
 }
 
 // shown is v as an error quotes it, unless f is a secret.

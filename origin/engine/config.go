@@ -18,6 +18,7 @@ const (
 	DefaultPollInterval       = 500 * time.Millisecond
 	DefaultBackoffBase        = 2 * time.Second
 	DefaultBackoffCap         = time.Hour
+	MaxBackoffCap             = wire.MaxRetryAfter // the longest wait between attempts, as for a Retry-After
 	DefaultMaxAttempts        = 10
 	DefaultMaxAge             = 24 * time.Hour
 	DefaultRetryAfterCap      = time.Hour
@@ -119,6 +120,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("engine config: lease_duration: %s is below 1s", c.LeaseDuration)
 	case c.BackoffCap < c.BackoffBase:
 		return c, fmt.Errorf("engine config: backoff_cap: %s is below backoff_base %s", c.BackoffCap, c.BackoffBase)
+	case c.BackoffCap > MaxBackoffCap:
+		return c, fmt.Errorf("engine config: backoff_cap: %s is above %s", c.BackoffCap, MaxBackoffCap)
 	case c.CircuitMaxCooldown < c.CircuitCooldown:
 		return c, fmt.Errorf("engine config: circuit_max_cooldown: %s is below circuit_cooldown %s", c.CircuitMaxCooldown, c.CircuitCooldown)
 	case c.RetryAfterCap > wire.MaxRetryAfter:

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"net/url"
 	"os"
 	"sort"
@@ -36,7 +37,10 @@ const (
 
 // Defaults of Options.
 const (
-	DefaultBusyTimeout  = 5 * time.Second
+	DefaultBusyTimeout = 5 * time.Second
+	// MaxBusyTimeout is the longest busy timeout SQLite takes: it reads the milliseconds as a
+	// 32-bit int, and a larger value would not wait at all.
+	MaxBusyTimeout      = math.MaxInt32 * time.Millisecond
 	DefaultMaxBodyBytes = 256 << 10
 	// MaxMaxBodyBytes bounds MaxBodyBytes: the most the edge relays (its MAX_BODY_BYTES), and far
 	// below SQLite's largest value (10^9 bytes), past which an emit failed with a 500.
@@ -93,6 +97,9 @@ func (o *Options) setDefaults() error {
 		if f.neg {
 			return fieldErrf(f.name, "must not be negative")
 		}
+	}
+	if o.BusyTimeout > MaxBusyTimeout {
+		return fieldErrf("busy_timeout", "%s is above the maximum of %s", o.BusyTimeout, MaxBusyTimeout)
 	}
 	if o.MaxBodyBytes > MaxMaxBodyBytes {
 		return fieldErrf("max_body_bytes", "%d is above the maximum of %d", o.MaxBodyBytes, MaxMaxBodyBytes)
@@ -378,6 +385,15 @@ func (s *Store) migrate(ctx context.Context, version int) error {
 	if current > latest {
 		return fmt.Errorf("migrate: database schema version %d is newer than this binary's %d: run the newer edgehook, or restore a backup made before the upgrade", current, latest)
 	}
+	if current > 0 {
+		var meta int
+		if err := s.w.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'`).Scan(&meta); err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+		if meta == 0 {
+			return fmt.Errorf("migrate: %w: its schema version is %d but it has no edgehook tables", ErrForeignDatabase, current)
+		}
+	}
 	for i := current; i < len(names); i++ {
 		body, err := migrationFS.ReadFile(names[i])
 		if err != nil {
@@ -391,6 +407,11 @@ func (s *Store) migrate(ctx context.Context, version int) error {
 			}
 			if v != i {
 				return nil
+			}
+			if i == 0 {
+				if err := checkEmpty(ctx, tx); err != nil {
+					return err
+				}
 			}
 			if _, err := tx.ExecContext(ctx, string(body)); err != nil {
 				return err
@@ -408,6 +429,24 @@ func (s *Store) migrate(ctx context.Context, version int) error {
 		}
 	}
 	return nil
+}
+
+// ErrForeignDatabase: the file is an SQLite database of something else (a mistyped --db); edgehook
+// leaves it alone.
+var ErrForeignDatabase = errors.New("not an edgehook database")
+
+// checkEmpty refuses to create edgehook's schema in a database that has tables of its own: a
+// mistyped --db naming another application's file must not have edgehook's tables added to it.
+func checkEmpty(ctx context.Context, tx *sql.Tx) error {
+	var name string
+	err := tx.QueryRowContext(ctx, `SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name LIMIT 1`).Scan(&name)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: it has no schema version but holds other things (%q, ...)", ErrForeignDatabase, name)
 }
 
 // Ping checks that the database answers and can take a write lock (for /readyz): it runs an empty

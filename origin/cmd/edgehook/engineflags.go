@@ -81,6 +81,8 @@ func (f *engineFlags) config() (engine.Config, error) {
 		return c, usagef("--lease-duration: %s is below 1s", c.LeaseDuration)
 	case c.BackoffCap < c.BackoffBase:
 		return c, usagef("--backoff-cap: %s is below --backoff-base %s", c.BackoffCap, c.BackoffBase)
+	case c.BackoffCap > engine.MaxBackoffCap:
+		return c, usagef("--backoff-cap: %s is above %s", c.BackoffCap, engine.MaxBackoffCap)
 	case c.RetryAfterCap > wire.MaxRetryAfter:
 		return c, usagef("--retry-after-cap: %s is above %s", c.RetryAfterCap, wire.MaxRetryAfter)
 	}

@@ -13,7 +13,9 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/edgehook/edgehook/origin/config"
 	"github.com/edgehook/edgehook/origin/store"
+	"github.com/spf13/cobra"
 )
 
 // The engine and the API allocate a little per delivery and per request, and on a small box the
@@ -28,11 +30,25 @@ func init() {
 
 func main() {
 	ctx := stopOnSignals()
-	err := rootCmd.ExecuteContext(ctx)
+	cmd, err := rootCmd.ExecuteContextC(ctx)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "edgehook: "+oneLine(err)+busyHint(err))
+		fmt.Fprintln(os.Stderr, "edgehook: "+withSource(cmd, oneLine(err))+busyHint(err))
 		os.Exit(exitCode(err))
 	}
+}
+
+// withSource adds to a message about a setting ("--workers: must be at least 1") where its value
+// came from, when that was not the command line: an operator whose cron job sets EDGEHOOK_WORKERS
+// has no --workers to look for.
+func withSource(cmd *cobra.Command, msg string) string {
+	name, rest, ok := strings.Cut(strings.TrimPrefix(msg, "--"), ":")
+	if !ok || !strings.HasPrefix(msg, "--") || cmd == nil {
+		return msg
+	}
+	if f := cmd.Flags().Lookup(name); f != nil && config.Source(f) != "" {
+		return "--" + name + " (from " + config.Source(f) + "):" + rest
+	}
+	return msg
 }
 
 // stopOnSignals returns a context that SIGINT or SIGTERM cancels: serve and drain stop claiming,

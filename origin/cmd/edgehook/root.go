@@ -107,6 +107,8 @@ func checkGlobal() error {
 		return usagef("--synchronous: %q is not NORMAL or FULL", global.synchronous)
 	case global.busyTimeout < time.Millisecond: // SQLite counts it in whole milliseconds: less would not wait at all
 		return usagef("--busy-timeout: %s is below 1ms", global.busyTimeout)
+	case global.busyTimeout > store.MaxBusyTimeout:
+		return usagef("--busy-timeout: %s is above %s, the most SQLite waits", global.busyTimeout, store.MaxBusyTimeout)
 	case global.bodyLimit < 1024 || global.bodyLimit > store.MaxMaxBodyBytes:
 		return usagef("--body-limit: %s is outside 1KiB to %s", global.bodyLimit, config.ByteSize(store.MaxMaxBodyBytes))
 	case global.backlogCap < 1:

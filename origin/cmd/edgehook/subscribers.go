@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -82,16 +83,18 @@ func (f *subscriberFlags) parsedHeaders() (map[string]string, error) {
 	return h, nil
 }
 
-// checkGiven refuses a 0 given to --rate, --burst or --max-in-flight, which the store would take
-// as "the default" (resetting a subscriber's setting on update), and a --timeout outside the
-// range the subscriber record allows (below 1ms it would also read as 0).
+// checkGiven refuses a 0 given to --rate, --burst or --max-in-flight, or an empty --profile or
+// --mode, which the store would take as "the default" (resetting a subscriber's setting on update:
+// `--mode "$MODE"` with MODE unset would move an edge subscriber to direct), and a --timeout
+// outside the range the subscriber record allows (below 1ms it would also read as 0).
 func (f *subscriberFlags) checkGiven(fs *pflag.FlagSet) error {
 	for _, z := range []struct {
-		name string
-		zero bool
-	}{{"rate", f.rate == 0}, {"burst", f.burst == 0}, {"max-in-flight", f.maxInFlight == 0}} {
-		if fs.Changed(z.name) && z.zero {
-			return usagef("--%s: must not be 0 (leave the flag out instead)", z.name)
+		name, zero string
+		isZero     bool
+	}{{"rate", "0", f.rate == 0}, {"burst", "0", f.burst == 0}, {"max-in-flight", "0", f.maxInFlight == 0},
+		{"profile", "empty", f.profile == ""}, {"mode", "empty", f.mode == ""}} {
+		if fs.Changed(z.name) && z.isZero {
+			return usagef("--%s: must not be %s (leave the flag out instead)", z.name, z.zero)
 		}
 	}
 	if fs.Changed("timeout") && (f.timeout < wire.MinTimeout || f.timeout > wire.MaxTimeout) {
@@ -104,8 +107,11 @@ func (f *subscriberFlags) coalesceRule(fs *pflag.FlagSet) (*wire.CoalesceRule, e
 	if !fs.Changed("coalesce-types") && !fs.Changed("coalesce-key") && !fs.Changed("coalesce-window") {
 		return nil, nil
 	}
-	if len(f.coalesceTypes) == 0 || f.coalesceKey == "" || f.coalesceWindow <= 0 {
+	if len(f.coalesceTypes) == 0 || f.coalesceKey == "" || !fs.Changed("coalesce-window") {
 		return nil, usagef("--coalesce-types, --coalesce-key and --coalesce-window go together")
+	}
+	if f.coalesceWindow <= 0 {
+		return nil, usagef("--coalesce-window: %s must be positive", f.coalesceWindow)
 	}
 	if f.coalesceWindow%time.Second != 0 {
 		return nil, usagef("--coalesce-window: %s is not a whole number of seconds", f.coalesceWindow)
@@ -219,7 +225,7 @@ func init() {
 				if err != nil {
 					return flagError(err)
 				}
-				return printJSON(cmd.OutOrStdout(), api.NewSubscriberWithSecret(sub))
+				return printWithSecret(cmd.OutOrStdout(), sub, "created", "--overlap 0s ")
 			})
 		},
 	}
@@ -303,14 +309,20 @@ func init() {
 	})
 
 	var overlap time.Duration
-	rotateCmd := idCommand("rotate-secret ID", "Make a new signing secret (printed this once); the old one stays valid for --overlap",
-		func(ctx context.Context, st *store.Store, id string) (any, error) {
-			sub, err := st.RotateSecret(ctx, id, overlap)
-			if err != nil {
-				return nil, flagError(err)
-			}
-			return api.NewSubscriberWithSecret(sub), nil
-		})
+	rotateCmd := &cobra.Command{
+		Use:   "rotate-secret ID",
+		Short: "Make a new signing secret (printed this once); the old one stays valid for --overlap",
+		Args:  exactArgs("ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withStore(cmd, func(ctx context.Context, st *store.Store) error {
+				sub, err := st.RotateSecret(ctx, args[0], overlap)
+				if err != nil {
+					return flagError(err)
+				}
+				return printWithSecret(cmd.OutOrStdout(), sub, "given a new secret", "")
+			})
+		},
+	}
 	rotateCmd.Long = `Rotate-secret makes a new signing secret, printed this once; the old one stays valid for --overlap.
 Standard-profile deliveries carry a signature by each valid secret. A legacy-profile subscriber
 carries one, made with the old secret until the overlap ends: its receiver switches then (or at
@@ -327,4 +339,15 @@ once with --overlap 0s, what it refuses meanwhile being retried).`
 
 	group.AddCommand(addCmd, listCmd, showCmd, updateCmd, pauseCmd, resumeCmd, rotateCmd, removeCmd)
 	rootCmd.AddCommand(group)
+}
+
+// printWithSecret prints a subscriber with its new secret, which is shown this once. If the output
+// fails (a full disk under "> sub.json"), the change is committed and the secret lost: the error
+// says so, and how to make another (rotateFlags are those of that command).
+func printWithSecret(w io.Writer, sub *store.Subscriber, done, rotateFlags string) error {
+	if err := printJSON(w, api.NewSubscriberWithSecret(sub)); err != nil {
+		return fmt.Errorf("subscriber %s was %s, but its secret could not be printed (%w): make another with `edgehook subscribers rotate-secret %s%s`",
+			sub.ID, done, err, rotateFlags, sub.ID)
+	}
+	return nil
 }

@@ -97,7 +97,7 @@ func (s *Store) emit(ctx context.Context, ins []EmitInput, field string) ([]Emit
 }
 
 func (s *Store) validateEmit(in *EmitInput, prefix string) error {
-	if err := wire.ValidateID(in.ID); err != nil {
+	if err := wire.ValidateEventID(in.ID); err != nil {
 		return fieldErr(prefix+"id", err)
 	}
 	if err := wire.ValidateEventType(in.Type); err != nil {

@@ -348,7 +348,7 @@ func TestEmitMatchesPatternsAndSkipsDisabled(t *testing.T) {
 		typ  string
 		want int
 	}{{"video.trending", 4}, {"video.rank_updated", 3}, {"user.created", 2}, {"video", 2}} {
-		if res := mustEmit(t, s, "ev-"+tc.typ, tc.typ, `{}`); res.Deliveries != tc.want {
+		if res := mustEmit(t, s, "ev-"+strings.ReplaceAll(tc.typ, ".", "-"), tc.typ, `{}`); res.Deliveries != tc.want {
 			t.Errorf("%s: %d deliveries, want %d", tc.typ, res.Deliveries, tc.want)
 		}
 	}

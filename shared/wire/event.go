@@ -3,6 +3,7 @@ package wire
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // Limits on names that travel in headers, KV keys and URLs.
@@ -32,7 +33,7 @@ func ValidateEventType(t string) error {
 			}
 			start = i + 1
 		} else if c := t[i]; !isNameChar(c) {
-			return fmt.Errorf("event type %q contains %q; allowed are letters, digits, '_', '-' and '.'", t, rune(c))
+			return fmt.Errorf("event type %q contains %q; allowed are letters, digits, '_', '-' and '.'", t, charAt(t, i))
 		}
 	}
 	return nil
@@ -49,10 +50,31 @@ func ValidateID(id string) error {
 	}
 	for i := 0; i < len(id); i++ {
 		if c := id[i]; !isNameChar(c) && c != '.' && c != ':' {
-			return fmt.Errorf("id %q contains %q; allowed are letters, digits, '_', '-', '.' and ':'", id, rune(c))
+			return fmt.Errorf("id %q contains %q; allowed are letters, digits, '_', '-', '.' and ':'", id, charAt(id, i))
 		}
 	}
 	return nil
+}
+
+// ValidateEventID checks an event id, which is its deliveries' Standard Webhooks webhook-id: an id
+// (ValidateID) without '.'. The signed content is "{id}.{timestamp}.{body}", so a dot in the id
+// would let the signature of one message verify another (id "evt", the timestamp taken from the
+// id, the body starting with the real timestamp); the specification forbids it.
+func ValidateEventID(id string) error {
+	if err := ValidateID(id); err != nil {
+		return err
+	}
+	if strings.IndexByte(id, '.') >= 0 {
+		return fmt.Errorf("id %q contains '.', which a Standard Webhooks message id must not (its signature would be ambiguous); allowed are letters, digits, '_', '-' and ':'", id)
+	}
+	return nil
+}
+
+// charAt is the character at byte i of s, for an error to quote: the byte itself would show the
+// first byte of a multi-byte character as a Latin-1 one ('é' as 'Ã').
+func charAt(s string, i int) rune {
+	r, _ := utf8.DecodeRuneInString(s[i:])
+	return r
 }
 
 // ValidateCoalesceKey checks a coalesce key value: printable ASCII without spaces, at most 200 bytes.

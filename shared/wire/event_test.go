@@ -41,7 +41,7 @@ func TestValidateEventType(t *testing.T) {
 		{"video:trending", `contains ':'`},
 		{"video.*", `contains '*'`},
 		{"*", `contains '*'`},
-		{"vidéo", "contains"},
+		{"vidéo", `contains 'é'`},
 		{"video\n", "contains"},
 	}
 	for _, tc := range tests {
@@ -62,11 +62,28 @@ func TestValidateID(t *testing.T) {
 		{"a b", `contains ' '`},
 		{"a\nb", `contains '\n'`},
 		{"a\x00", "contains"},
-		{"ü", "contains"},
+		{"ü", `contains 'ü'`},
+		{"a\xff", `contains '�'`},
 		{"a*", `contains '*'`},
 	}
 	for _, tc := range tests {
 		checkErr(t, "ValidateID("+tc.in+")", wire.ValidateID(tc.in), tc.wantErr)
+	}
+}
+
+// TestValidateEventID: an event id is an id without '.', the separator of the Standard Webhooks
+// signed content "{id}.{timestamp}.{body}".
+func TestValidateEventID(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ in, wantErr string }{
+		{"evt_01JD6Q3ZP0M8", ""},
+		{"order:42-created", ""},
+		{"evt.1732270000", `contains '.', which a Standard Webhooks message id must not`},
+		{"", "id is empty"},
+		{"a b", `contains ' '`},
+	}
+	for _, tc := range tests {
+		checkErr(t, "ValidateEventID("+tc.in+")", wire.ValidateEventID(tc.in), tc.wantErr)
 	}
 }
 

@@ -59,14 +59,24 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, error) {
 var httpDateFormats = []string{
 	"Mon, 02 Jan 2006 15:04:05 GMT",
 	rfc850,
-	time.ANSIC,
+	time.ANSIC,                 // asctime, its day padded with a space ("Nov  6")
+	"Mon Jan 02 15:04:05 2006", // or with a zero: date3 = month SP ( 2DIGIT / ( SP DIGIT ) )
 }
 
 const rfc850 = "Monday, 02-Jan-06 15:04:05 GMT"
 
+// leapSecond is the time of day of a leap second, which RFC 9110's time-of-day allows and
+// time.Parse refuses.
+const leapSecond = "23:59:60"
+
 // parseHTTPDate reads v in one of httpDateFormats. time.Parse is looser than the forms (any case,
 // a fraction of a second, a one-digit hour, any weekday): the date must also read back as written.
+// A leap second is read as the second after 23:59:59.
 func parseHTTPDate(v string, now time.Time) (time.Time, error) {
+	if before, after, ok := strings.Cut(v, leapSecond); ok {
+		t, err := parseHTTPDate(before+"23:59:59"+after, now)
+		return t.Add(time.Second), err
+	}
 	for _, layout := range httpDateFormats {
 		t, err := time.Parse(layout, v)
 		if err != nil {

@@ -110,3 +110,28 @@ func TestRetryAfterTwoDigitYearMoreThan50YearsAhead(t *testing.T) {
 		t.Fatalf("ParseRetryAfter(%q) on %s = %s, %v; want 0 (a date in 1976), nil", v, now.Format(time.DateOnly), got, err)
 	}
 }
+
+// TestRetryAfterHTTPDateGrammar: RFC 9110 §5.6.7 says a recipient "MUST accept all three
+// HTTP-date formats", whose grammar allows what ParseRetryAfter's read-back check refuses:
+//
+//	date3       = month SP ( 2DIGIT / ( SP DIGIT ) )   ; asctime: "Nov 06" as well as "Nov  6"
+//	time-of-day = hour ":" minute ":" second            ; 00:00:00 - 23:59:60 (leap second)
+func TestRetryAfterHTTPDateGrammar(t *testing.T) {
+	t.Parallel()
+	now := time.Date(1994, 11, 6, 8, 49, 37, 0, time.UTC)
+	for _, tc := range []struct {
+		in   string
+		now  time.Time
+		want time.Duration
+	}{
+		// asctime with a two-digit day: date3's 2DIGIT branch.
+		{in: "Sun Nov 06 08:51:07 1994", now: now, want: 90 * time.Second},
+		// A leap second (30 June 2015 23:59:60 UTC was one); read as the instant after :59.
+		{in: "Tue, 30 Jun 2015 23:59:60 GMT", now: time.Date(2015, 6, 30, 23, 58, 0, 0, time.UTC), want: 2 * time.Minute},
+	} {
+		got, err := wire.ParseRetryAfter(tc.in, tc.now)
+		if err != nil || got != tc.want {
+			t.Errorf("ParseRetryAfter(%q) = %s, %v; want %s (a valid HTTP-date, RFC 9110 §5.6.7)", tc.in, got, err, tc.want)
+		}
+	}
+}

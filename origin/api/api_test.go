@@ -74,7 +74,7 @@ func TestEmitStoresDataByteExact(t *testing.T) {
 		t.Fatalf("re-emit = %+v, want a duplicate with the original count", res)
 	}
 	// Same id, other data: an idempotency conflict.
-	e.do("POST", "/v1/events", `{"id":"evt_1","type":"video.trending","data":{"b":2}}`).wantError(t, http.StatusConflict, api.CodeConflict, "")
+	e.do("POST", "/v1/events", `{"id":"evt_1","type":"video.trending","data":{"b":2}}`).wantError(t, http.StatusConflict, api.CodeConflict, "id")
 
 	// No matching subscriber: stored, zero deliveries. No id: one is generated.
 	e.do("POST", "/v1/events", `{"type":"user.created","data":null}`).want(t, http.StatusAccepted).decode(t, &res)
@@ -147,7 +147,7 @@ func TestRequestErrors(t *testing.T) {
 		{"bad id", "POST", "/v1/events", `{"id":"a/b","type":"a","data":1}`, nil, 422, api.CodeInvalid, "id"},
 		{"no data", "POST", "/v1/events", `{"type":"a"}`, nil, 422, api.CodeInvalid, "data"},
 		{"bad url", "POST", "/v1/subscribers", `{"url":"ftp://x","events":["*"]}`, nil, 422, api.CodeInvalid, "url"},
-		{"bad pattern", "POST", "/v1/subscribers", `{"url":"https://x.example","events":["a..b"]}`, nil, 422, api.CodeInvalid, "events"},
+		{"bad pattern", "POST", "/v1/subscribers", `{"url":"https://x.example","events":["a..b"]}`, nil, 422, api.CodeInvalid, "events[0]"},
 		{"no route", "GET", "/v1/nope", ``, nil, 404, api.CodeNotFound, ""},
 		{"wrong method", "PUT", "/v1/events", ``, nil, 405, api.CodeMethodNotAllowed, ""},
 		{"no subscriber", "GET", "/v1/subscribers/nobody", ``, nil, 404, api.CodeNotFound, ""},

@@ -51,11 +51,27 @@ func putBodyBuffer(b *bytes.Buffer) {
 	bodyBuffers.Put(b)
 }
 
-// decodeOptionalJSON is decodeJSON for routes whose body may be left out (no Content-Length and
-// no chunked body): then v keeps its zero value.
+// decodeOptionalJSON is decodeJSON for routes whose body may be left out (Content-Length 0, or a
+// chunked body that ends at once, as proxies and streaming clients send none): then v keeps its
+// zero value.
 func decodeOptionalJSON(c echo.Context, v any) error {
-	if r := c.Request(); r.ContentLength == 0 {
+	r := c.Request()
+	if r.ContentLength == 0 {
 		return nil
+	}
+	if r.ContentLength < 0 {
+		var first [1]byte
+		n, err := io.ReadFull(r.Body, first[:])
+		if n == 0 {
+			if err == io.EOF {
+				return nil
+			}
+			return ToError(err)
+		}
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(first[:]), r.Body), r.Body}
 	}
 	return decodeJSON(c, v)
 }
@@ -141,7 +157,9 @@ func unknownField(err error) (string, bool) {
 func describeType(t reflect.Type) string {
 	switch t.Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer" // "a number, not JSON number 1.5" would say nothing
+	case reflect.Float32, reflect.Float64:
 		return "a number"
 	case reflect.String:
 		return "a string"

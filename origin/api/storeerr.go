@@ -25,7 +25,11 @@ func mapStoreError(err error) *Error {
 	case errors.Is(err, store.ErrNotFound):
 		return errorf(http.StatusNotFound, CodeNotFound, "", "%v", err)
 	case errors.Is(err, store.ErrConflict):
-		return errorf(http.StatusConflict, CodeConflict, "", "%v", err)
+		field := "" // an emit's conflict names the event's id: "events[3].id"
+		if fe := (*store.FieldError)(nil); errors.As(err, &fe) {
+			field, err = fe.Field, fe.Err
+		}
+		return errorf(http.StatusConflict, CodeConflict, field, "%v", err)
 	case errors.Is(err, store.ErrInvalidState):
 		return errorf(http.StatusConflict, CodeInvalidState, "", "%v", err)
 	case errors.Is(err, store.ErrClosed), errors.Is(err, context.DeadlineExceeded),

@@ -19,6 +19,7 @@ import (
 // emitReq is one caller's Emit or EmitBatch waiting for the group committer.
 type emitReq struct {
 	events  []EmitInput
+	field   string   // the events' field in errors: "events" for a batch, "" for one event
 	hashes  [][]byte // bodyHash of each event, computed by the caller, not the committer
 	results []EmitResult
 	err     error
@@ -58,13 +59,9 @@ func (s *Store) EmitBatch(ctx context.Context, ins []EmitInput) ([]EmitResult, e
 }
 
 func (s *Store) emit(ctx context.Context, ins []EmitInput, field string) ([]EmitResult, error) {
-	req := &emitReq{events: ins, hashes: make([][]byte, len(ins)), done: make(chan struct{})}
+	req := &emitReq{events: ins, field: field, hashes: make([][]byte, len(ins)), done: make(chan struct{})}
 	for i := range ins {
-		prefix := ""
-		if field != "" {
-			prefix = fmt.Sprintf("%s[%d].", field, i)
-		}
-		if err := s.validateEmit(&ins[i], prefix); err != nil {
+		if err := s.validateEmit(&ins[i], req.prefix(i)); err != nil {
 			return nil, err
 		}
 		req.hashes[i] = bodyHash(ins[i].Type, ins[i].Body)
@@ -401,6 +398,14 @@ func (s *Store) newGroupPlan(ctx context.Context, tx *sql.Tx, group []*emitReq, 
 	return p, rows.Err()
 }
 
+// prefix is what the fields of event i start with in errors: "events[3]." in a batch.
+func (r *emitReq) prefix(i int) string {
+	if r.field == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s[%d].", r.field, i)
+}
+
 // check tells whether a request can be written as a whole: no id conflicts with a stored, planned
 // or earlier event of the request, and every new event fits under the global cap. It changes
 // nothing.
@@ -411,14 +416,14 @@ func (p *groupPlan) check(r *emitReq) error {
 		sum := r.hashes[i]
 		if prev, ok := seen[in.ID]; ok {
 			if !bytes.Equal(prev, sum) {
-				return fmt.Errorf("event %q appears twice with a different type or body: %w", in.ID, ErrConflict)
+				return fieldErr(r.prefix(i)+"id", fmt.Errorf("event %q appears twice with a different type or body: %w", in.ID, ErrConflict))
 			}
 			continue
 		}
 		seen[in.ID] = sum
 		if e, ok := p.known[in.ID]; ok {
 			if !bytes.Equal(e.hash, sum) {
-				return fmt.Errorf("event %q was already emitted with a different type or body: %w", in.ID, ErrConflict)
+				return fieldErr(r.prefix(i)+"id", fmt.Errorf("event %q was already emitted with a different type or body: %w", in.ID, ErrConflict))
 			}
 			continue
 		}

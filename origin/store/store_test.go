@@ -227,7 +227,7 @@ func TestSubscriberValidationNamesTheField(t *testing.T) {
 		{func(in *SubscriberInput) { in.ID = "bad id" }, "id"},
 		{func(in *SubscriberInput) { in.URL = "ftp://x" }, "url"},
 		{func(in *SubscriberInput) { in.Events = nil }, "events"},
-		{func(in *SubscriberInput) { in.Events = []string{"a..b"} }, "events"},
+		{func(in *SubscriberInput) { in.Events = []string{"a..b"} }, "events[0]"},
 		{func(in *SubscriberInput) { in.Profile = "fancy" }, "profile"},
 		{func(in *SubscriberInput) { in.Profile = ProfileLegacy }, "legacy_prefix"},
 		{func(in *SubscriberInput) { in.Mode = "carrier-pigeon" }, "mode"},

@@ -47,6 +47,10 @@ func (in *SubscriberInput) validate(creating bool) error {
 		in.TimeoutMS = DefaultTimeoutMS
 	}
 	if _, err := wire.ParsePatterns(in.Events); err != nil {
+		var fe *FieldError // the pattern at fault: "events[1]"
+		if errors.As(err, &fe) {
+			return fieldErr("events"+fe.Field, fe.Err)
+		}
 		return fieldErr("events", err)
 	}
 	switch in.Profile {

@@ -131,7 +131,8 @@ func (p Pattern) Match(t string) bool {
 // Patterns is a list of patterns; it matches a type when any of its patterns does.
 type Patterns []Pattern
 
-// ParsePatterns validates a non-empty list of patterns.
+// ParsePatterns validates a non-empty list of patterns. A bad one is a *FieldError naming its
+// index ("[1]").
 func ParsePatterns(list []string) (Patterns, error) {
 	if len(list) == 0 {
 		return nil, fmt.Errorf("at least one event pattern is required")
@@ -140,7 +141,7 @@ func ParsePatterns(list []string) (Patterns, error) {
 	for i, s := range list {
 		p, err := ParsePattern(s)
 		if err != nil {
-			return nil, fmt.Errorf("[%d]: %w", i, err)
+			return nil, &FieldError{Field: fmt.Sprintf("[%d]", i), Err: err}
 		}
 		ps = append(ps, p)
 	}

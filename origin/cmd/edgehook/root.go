@@ -263,6 +263,9 @@ func flagError(err error) error {
 			name = strings.ReplaceAll(field, "_", "-")
 		}
 	}
+	if errors.Is(err, store.ErrConflict) { // the value is well formed, the stored state disagrees
+		return fmt.Errorf("--%s: %w", name, fe.Err)
+	}
 	return usagef("--%s: %v", name, fe.Err)
 }
 

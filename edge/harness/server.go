@@ -132,7 +132,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 func (s *Server) Close(ctx context.Context) error { return s.host.Close(ctx) }
 
 // NewUpstream returns the subscribers' HTTP client: no proxy, no redirects and no response head
-// over httpupstream.MaxHeaderBytes, as the Worker's fetch, and enough idle connections per
+// over wire.MaxAnswerHeaderBytes, as the Worker's fetch, and enough idle connections per
 // subscriber for a full pool of instances. Plain-http subscribers get their requests written and
 // read on the instance's goroutine (h1.Transport): the relay waits for each answer anyway, and
 // net/http's transport would hand every request and answer between goroutines. Like the
@@ -143,7 +143,7 @@ func NewUpstream() *httpupstream.Client {
 	tr.Proxy = nil
 	tr.DialContext = d.DialContext
 	tr.MaxIdleConnsPerHost = 64
-	tr.MaxResponseHeaderBytes = httpupstream.MaxHeaderBytes
+	tr.MaxResponseHeaderBytes = wire.MaxAnswerHeaderBytes
 	return httpupstream.New(h1.New(tr, d))
 }
 

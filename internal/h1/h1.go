@@ -229,6 +229,9 @@ func (t *Transport) readAnswer(c *conn, req *http.Request, stop func() bool, kee
 	for {
 		var err error
 		if resp, err = http.ReadResponse(c.br, req); err != nil {
+			if c.limit == 0 { // the head passed the limit: the parse error is of the line it cut
+				err = c.tooLong
+			}
 			return nil, err
 		}
 		// 1xx answers but 101 are interim: the final one follows (http.Transport does the same).

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -496,5 +497,33 @@ func TestH1CancelledWhileWritingGivesNoAnswer(t *testing.T) {
 	}
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err %v, want context.Canceled", err)
+	}
+}
+
+// TestH1RefusesALongHeadOfShortHeadersAsTooLong: whatever byte of a header line the limit falls
+// on, an answer whose head passes it fails with ErrHeadersTooLong (as the package says), not with
+// a parse error of the line the limit cut short ("malformed MIME header: missing colon").
+func TestH1RefusesALongHeadOfShortHeadersAsTooLong(t *testing.T) {
+	const limit = 128 << 10
+	for pad := range 11 { // lines are 11 bytes: the limit falls on each byte of one
+		ln := listenLoopback(t)
+		serveEach(t, ln, func(nc net.Conn) {
+			nc.SetDeadline(time.Now().Add(5 * time.Second))
+			http.ReadRequest(bufio.NewReader(nc))
+			w := bufio.NewWriter(nc)
+			fmt.Fprintf(w, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-Pad: %s\r\n", strings.Repeat("p", pad))
+			for i := 0; i < 2*limit/11; i++ {
+				fmt.Fprintf(w, "X%05d: y\r\n", i%100000)
+			}
+			w.WriteString("\r\n")
+			w.Flush()
+		})
+		d := &net.Dialer{Timeout: 5 * time.Second}
+		h := New(&http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 1, IdleConnTimeout: time.Minute, MaxResponseHeaderBytes: limit}, d)
+		status, _, err := post(t, t.Context(), h, "http://"+ln.Addr().String()+"/")
+		h.CloseIdleConnections()
+		if !errors.Is(err, ErrHeadersTooLong) {
+			t.Errorf("limit falling %d bytes later: %d %v, want %v", pad, status, err, ErrHeadersTooLong)
+		}
 	}
 }

@@ -47,12 +47,13 @@ func newSenders(cfg *Config) *senders {
 func newTransport(control func(network, address string, c syscall.RawConn) error, maxIdle int) *h1.Transport {
 	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, Control: control}
 	return h1.New(&http.Transport{
-		Proxy:               nil, // a proxy would dial for us and bypass the address check
-		DialContext:         d.DialContext,
-		MaxIdleConnsPerHost: maxIdle,
-		IdleConnTimeout:     90 * time.Second,
-		TLSHandshakeTimeout: 10 * time.Second,
-		ForceAttemptHTTP2:   true,
+		Proxy:                  nil, // a proxy would dial for us and bypass the address check
+		DialContext:            d.DialContext,
+		MaxIdleConnsPerHost:    maxIdle,
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    10 * time.Second,
+		ForceAttemptHTTP2:      true,
+		MaxResponseHeaderBytes: wire.MaxAnswerHeaderBytes, // as the edge: up to --workers heads in memory at once
 	}, d)
 }
 

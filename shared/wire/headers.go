@@ -52,3 +52,9 @@ const (
 // MaxExcerptBytes bounds how much of a subscriber's response body is relayed and kept in the
 // attempt log.
 const MaxExcerptBytes = 2048
+
+// MaxAnswerHeaderBytes bounds a subscriber's status line and headers, as workerd's fetch does (it
+// fails on a response head over 128 KiB). The origin and the local edge read no more either: an
+// answer the Worker cannot read is unreachable everywhere, and a hostile endpoint's endless head
+// costs a send 128 KiB, not the 10 MiB of Go's default.
+const MaxAnswerHeaderBytes = 128 << 10

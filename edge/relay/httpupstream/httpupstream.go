@@ -26,17 +26,13 @@ type Client struct {
 
 var _ relay.Upstream = (*Client)(nil)
 
-// MaxHeaderBytes bounds a subscriber's status line and headers, as workerd's fetch does (it fails
-// on a response head over 128 KiB): an answer the Worker cannot read is unreachable here too, and
-// the excerpt's few headers never cost the harness's module instances megabytes.
-const MaxHeaderBytes = 128 << 10
-
-// New returns a Client over transport (a clone of http.DefaultTransport with MaxHeaderBytes when
-// nil; a caller's own transport should set MaxResponseHeaderBytes to it too).
+// New returns a Client over transport (a clone of http.DefaultTransport with
+// wire.MaxAnswerHeaderBytes when nil; a caller's own transport should set MaxResponseHeaderBytes
+// to it too).
 func New(transport http.RoundTripper) *Client {
 	if transport == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxResponseHeaderBytes = MaxHeaderBytes
+		tr.MaxResponseHeaderBytes = wire.MaxAnswerHeaderBytes
 		transport = tr
 	}
 	return &Client{transport: transport}

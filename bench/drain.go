@@ -164,7 +164,7 @@ func (b *bench) startEdge(ctx context.Context, name, db string) (*proc, string, 
 	if err != nil {
 		return nil, "", "", err
 	}
-	p, err := startProc(b.dir, name+"-edge", b.cfg.edgehook, nil, "edge", "local", "--kv", kv, "--wasm", b.cfg.wasm,
+	p, err := startProc(b.dir, name+"-edge", b.cfg.edgehook, nil, "edge", "local", "--allow-network", "127.0.0.0/8", "--kv", kv, "--wasm", b.cfg.wasm,
 		"--listen", addr, "--edge-secret", secret.String(), "--log-level", "warn", "--log-format", "json")
 	if err != nil {
 		return nil, "", "", err

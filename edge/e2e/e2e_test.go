@@ -214,7 +214,7 @@ func TestEndToEnd(t *testing.T) {
 	kvFile := filepath.Join(dir, "subscribers.json")
 	run(t, "--db", db, "edge", "export-kv", "--out", kvFile)
 
-	_, edgeAddr := start(t, "edge", "local edge listening", "edge", "local", "--listen", "127.0.0.1:0", "--kv", kvFile,
+	_, edgeAddr := start(t, "edge", "local edge listening", "edge", "local", "--listen", "127.0.0.1:0", "--allow-network", "127.0.0.0/8", "--kv", kvFile,
 		"--wasm", wasmPath, "--edge-secret", edgeSecret)
 	proxy := &cutProxy{edge: "http://" + edgeAddr, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}, retried: make(chan struct{})}
 	proxy.armed.Store(true)

@@ -89,7 +89,7 @@ func BenchmarkRelay1KB(b *testing.B) {
 		name  string
 		up    relay.Upstream
 		batch int
-	}{{"stub", stubUpstream{}, 1}, {"http", harness.NewUpstream(), 1}, {"stub-warm", stubUpstream{}, warmBatch}} {
+	}{{"stub", stubUpstream{}, 1}, {"http", harness.NewUpstream(loopback), 1}, {"stub-warm", stubUpstream{}, warmBatch}} {
 		b.Run(c.name, func(b *testing.B) {
 			now := time.Now()
 			compareRuntimes(b, c.name, srv.URL, c.up, 200, c.batch, func(n int) *relay.Request {

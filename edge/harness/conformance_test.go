@@ -44,7 +44,7 @@ func TestConformanceWASI(t *testing.T) {
 	}
 	client := &http.Client{Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()
-	upstream := harness.NewUpstream()
+	upstream := harness.NewUpstream(loopback)
 	results := map[string]string{}
 	defer func() {
 		if err := conformance.WriteReport("wasi", results); err != nil {

@@ -38,7 +38,7 @@ func outcome(r *relay.Response) string { return r.Header.Get(wire.HeaderOutcome)
 
 func TestHostForwardsThenDeduplicates(t *testing.T) {
 	url, received := subscriber(t, 204)
-	e := newHost(t, harness.NewUpstream(), 2, 10*time.Second)
+	e := newHost(t, harness.NewUpstream(loopback), 2, 10*time.Second)
 	e.addSubscriber(t, "sub_1", url)
 	ctx := context.Background()
 
@@ -181,7 +181,7 @@ func TestHostUpstreamTimeout(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(release) })
-	e := newHost(t, harness.NewUpstream(), 1, 10*time.Second)
+	e := newHost(t, harness.NewUpstream(loopback), 1, 10*time.Second)
 	entry, err := wire.SubscriberEntry("slow", &wire.SubscriberRecord{URL: srv.URL, TimeoutMS: 100, Active: true})
 	if err != nil {
 		t.Fatal(err)
@@ -219,10 +219,10 @@ func TestNewHostRejectsBadSettings(t *testing.T) {
 }
 
 func TestNewHostRejectsAModuleWithoutTheExports(t *testing.T) {
-	e := newHost(t, harness.NewUpstream(), 1, time.Second) // only for valid Deps
+	e := newHost(t, harness.NewUpstream(loopback), 1, time.Second) // only for valid Deps
 	_, err := harness.NewHost(context.Background(), harness.HostConfig{
 		WASM: []byte("\x00asm\x01\x00\x00\x00"), CacheDir: cacheDir, Pool: 1, CallTimeout: time.Second, Relay: relayConfig(),
-		Deps:   relay.Deps{Subscribers: e.subscribers, Dedup: e.dedup, Upstream: harness.NewUpstream(), Clock: e.clock},
+		Deps:   relay.Deps{Subscribers: e.subscribers, Dedup: e.dedup, Upstream: harness.NewUpstream(loopback), Clock: e.clock},
 		Logger: quiet,
 	})
 	if err == nil || !strings.Contains(err.Error(), "edgehook_buffer") {
@@ -234,7 +234,7 @@ func TestNewHostRejectsAModuleWithoutTheExports(t *testing.T) {
 // edgehook) is refused at start with the import named and the way out, not with wazero's words.
 // The edits keep every length, so the module stays well formed.
 func TestNewHostRejectsAModuleForAnotherABI(t *testing.T) {
-	e := newHost(t, harness.NewUpstream(), 1, time.Second)                                  // only for valid Deps
+	e := newHost(t, harness.NewUpstream(loopback), 1, time.Second)                          // only for valid Deps
 	now := slices.Concat([]byte{byte(len(abi.NowFunc))}, []byte(abi.NowFunc), []byte{0, 2}) // import edgehook.now, type ()→i64
 	for _, tc := range []struct {
 		name, wants string
@@ -253,7 +253,7 @@ func TestNewHostRejectsAModuleForAnotherABI(t *testing.T) {
 			}
 			_, err := harness.NewHost(context.Background(), harness.HostConfig{
 				WASM: edited, CacheDir: cacheDir, Pool: 1, CallTimeout: time.Second, Relay: relayConfig(),
-				Deps:   relay.Deps{Subscribers: e.subscribers, Dedup: e.dedup, Upstream: harness.NewUpstream(), Clock: e.clock},
+				Deps:   relay.Deps{Subscribers: e.subscribers, Dedup: e.dedup, Upstream: harness.NewUpstream(loopback), Clock: e.clock},
 				Logger: quiet,
 			})
 			if err == nil || !strings.Contains(err.Error(), tc.wants) || !strings.Contains(err.Error(), "make edge-wasm") {
@@ -280,7 +280,7 @@ func TestHostStopsASpinningGuest(t *testing.T) {
 	clk := signalClock{make(chan struct{}, 1)}
 	h, err := harness.NewHost(context.Background(), harness.HostConfig{
 		WASM: wasmModule(spinning, nil), CacheDir: cacheDir, Pool: 1, CallTimeout: time.Minute, Relay: relayConfig(),
-		Deps:   relay.Deps{Subscribers: memkv.New(clk), Dedup: memkv.New(clk), Upstream: harness.NewUpstream(), Clock: clk},
+		Deps:   relay.Deps{Subscribers: memkv.New(clk), Dedup: memkv.New(clk), Upstream: harness.NewUpstream(loopback), Clock: clk},
 		Logger: quiet,
 	})
 	if err != nil {
@@ -315,7 +315,7 @@ func TestHostReusesTheLastInstance(t *testing.T) {
 	clk := relay.SystemClock{}
 	h, err := harness.NewHost(context.Background(), harness.HostConfig{
 		WASM: wasmModule(counting(resp), resp), CacheDir: cacheDir, Pool: 3, CallTimeout: time.Minute, Relay: relayConfig(),
-		Deps:   relay.Deps{Subscribers: memkv.New(clk), Dedup: memkv.New(clk), Upstream: harness.NewUpstream(), Clock: clk},
+		Deps:   relay.Deps{Subscribers: memkv.New(clk), Dedup: memkv.New(clk), Upstream: harness.NewUpstream(loopback), Clock: clk},
 		Logger: quiet,
 	})
 	if err != nil {
@@ -335,7 +335,7 @@ func TestHostReusesTheLastInstance(t *testing.T) {
 func TestHostKVResultsRepeatedAndChanged(t *testing.T) {
 	url1, received1 := subscriber(t, 204)
 	url2, received2 := subscriber(t, 202)
-	e := newHost(t, harness.NewUpstream(), 1, 10*time.Second)
+	e := newHost(t, harness.NewUpstream(loopback), 1, 10*time.Second)
 	e.addSubscriber(t, "sub_1", url1)
 	e.addSubscriber(t, "sub_2", url2)
 	ctx := context.Background()

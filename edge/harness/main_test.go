@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -63,6 +64,9 @@ func runVerified(m *testing.M) int {
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// loopback is what the tests' upstreams may reach: their subscribers listen on 127.0.0.1.
+var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 
 var edgeSecret = mustSecret("whsec_AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=")
 

@@ -11,13 +11,16 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/edgehook/edgehook/edge/relay"
 	"github.com/edgehook/edgehook/edge/relay/httpupstream"
 	"github.com/edgehook/edgehook/edge/relay/memkv"
 	"github.com/edgehook/edgehook/internal/h1"
+	"github.com/edgehook/edgehook/internal/netguard"
 	"github.com/edgehook/edgehook/shared/wire"
 )
 
@@ -49,6 +52,9 @@ type Config struct {
 	CallTimeout time.Duration
 	// CacheDir holds the compilation cache; empty means CacheDir(). See HostConfig.CacheDir.
 	CacheDir string
+	// AllowNetworks are the internal networks the edge may forward to (netguard.Internal): none by
+	// default, as the origin's direct mode.
+	AllowNetworks []netip.Prefix
 }
 
 func (c *Config) setDefaults() {
@@ -93,7 +99,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	s.host, err = NewHost(ctx, HostConfig{
 		WASM: wasm, CacheDir: cfg.CacheDir, Pool: cfg.Pool, CallTimeout: cfg.CallTimeout, Relay: cfg.Relay,
-		Deps:   relay.Deps{Subscribers: s.subscribers, Dedup: s.dedup, Upstream: NewUpstream(), Clock: clock},
+		Deps:   relay.Deps{Subscribers: s.subscribers, Dedup: s.dedup, Upstream: NewUpstream(cfg.AllowNetworks), Clock: clock},
 		Logger: log,
 	})
 	if err != nil {
@@ -135,10 +141,12 @@ func (s *Server) Close(ctx context.Context) error { return s.host.Close(ctx) }
 // over wire.MaxAnswerHeaderBytes, as the Worker's fetch, and enough idle connections per
 // subscriber for a full pool of instances. Plain-http subscribers get their requests written and
 // read on the instance's goroutine (h1.Transport): the relay waits for each answer anyway, and
-// net/http's transport would hand every request and answer between goroutines. Like the
-// Worker's fetch (and unlike the origin's direct mode) it dials whatever address the record names.
-func NewUpstream() *httpupstream.Client {
-	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second} // as http.DefaultTransport's
+// net/http's transport would hand every request and answer between goroutines. Like the origin's
+// direct mode, it refuses internal addresses outside allow: whoever can create an edge-mode
+// subscriber must not reach the machine the local edge runs on, or its network.
+func NewUpstream(allow []netip.Prefix) *httpupstream.Client {
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, // as http.DefaultTransport's
+		Control: netguard.Control(slices.Clone(allow))}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil
 	tr.DialContext = d.DialContext

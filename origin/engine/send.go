@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
-	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/edgehook/edgehook/internal/h1"
+	"github.com/edgehook/edgehook/internal/netguard"
 	"github.com/edgehook/edgehook/origin/store"
 	"github.com/edgehook/edgehook/shared/signature"
 	"github.com/edgehook/edgehook/shared/wire"
@@ -39,7 +39,7 @@ type senders struct {
 }
 
 func newSenders(cfg *Config) *senders {
-	return &senders{direct: newTransport(guardAddresses(cfg.AllowNetworks), cfg.Workers), edge: newTransport(nil, cfg.Workers)}
+	return &senders{direct: newTransport(netguard.Control(cfg.AllowNetworks), cfg.Workers), edge: newTransport(nil, cfg.Workers)}
 }
 
 // newTransport returns a keep-alive transport that keeps at most maxIdle idle connections per
@@ -55,78 +55,6 @@ func newTransport(control func(network, address string, c syscall.RawConn) error
 		ForceAttemptHTTP2:      true,
 		MaxResponseHeaderBytes: wire.MaxAnswerHeaderBytes, // as the edge: up to --workers heads in memory at once
 	}, d)
-}
-
-// errBlockedAddress marks a refused destination.
-var errBlockedAddress = errors.New("destination address is internal and not in the allow-list")
-
-// guardAddresses returns a dialer Control that refuses internal destinations. It runs after DNS
-// resolution, on the address actually dialled, so a hostname that resolves (or re-resolves) to an
-// internal address is refused too.
-func guardAddresses(allow []netip.Prefix) func(network, address string, c syscall.RawConn) error {
-	return func(network, address string, _ syscall.RawConn) error {
-		host, _, err := net.SplitHostPort(address)
-		if err != nil {
-			return err
-		}
-		ip, err := netip.ParseAddr(host)
-		if err != nil {
-			return fmt.Errorf("%w: %q", errBlockedAddress, host)
-		}
-		ip = ip.Unmap()
-		for _, p := range allow {
-			if p.Contains(ip) {
-				return nil
-			}
-		}
-		if isInternal(ip) {
-			return fmt.Errorf("%w: %s", errBlockedAddress, ip)
-		}
-		return nil
-	}
-}
-
-// internalNets are special-purpose ranges not covered by netip's predicates.
-var internalNets = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),         // "this network"
-	netip.MustParsePrefix("100.64.0.0/10"),     // carrier-grade NAT
-	netip.MustParsePrefix("192.0.0.0/24"),      // IETF protocol assignments
-	netip.MustParsePrefix("198.18.0.0/15"),     // benchmarking
-	netip.MustParsePrefix("240.0.0.0/4"),       // reserved, and broadcast
-	netip.MustParsePrefix("64:ff9b:1::/48"),    // local-use NAT64
-	netip.MustParsePrefix("2001:db8::/32"),     // documentation
-	netip.MustParsePrefix("fd00:ec2::254/128"), // AWS metadata over IPv6 (also ULA)
-}
-
-// Prefixes of IPv6 addresses that carry an IPv4 address a gateway may reach: the well-known NAT64
-// prefix (RFC 6052: the IPv4 address in the last 32 bits) and 6to4 (RFC 3056: in bits 16–47).
-var (
-	nat64Net = netip.MustParsePrefix("64:ff9b::/96")
-	sixTo4   = netip.MustParsePrefix("2002::/16")
-)
-
-// isInternal reports loopback, private, link-local (including the 169.254.169.254 metadata
-// address), multicast, unspecified and other special-purpose addresses, and an IPv6 address
-// that carries one of those as an IPv4 address (NAT64, 6to4): on a network with a NAT64 gateway,
-// 64:ff9b::a00:1 is 10.0.0.1.
-func isInternal(ip netip.Addr) bool {
-	if ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
-		ip.IsInterfaceLocalMulticast() || ip.IsMulticast() || ip.IsUnspecified() {
-		return true
-	}
-	for _, p := range internalNets {
-		if p.Contains(ip) {
-			return true
-		}
-	}
-	b := ip.As16()
-	switch {
-	case nat64Net.Contains(ip):
-		return isInternal(netip.AddrFrom4([4]byte(b[12:16])))
-	case sixTo4.Contains(ip):
-		return isInternal(netip.AddrFrom4([4]byte(b[2:6])))
-	}
-	return false
 }
 
 // Failure classes, the "class" label of the failed counter and the outcome of attempts that got no
@@ -351,7 +279,7 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 		switch {
 		case errors.As(r.err, new(*configError)):
 			class = classConfig
-		case errors.Is(r.err, errBlockedAddress):
+		case errors.Is(r.err, netguard.ErrBlocked):
 			class = classBlocked
 		case errors.Is(r.err, context.DeadlineExceeded), errors.As(r.err, &ne) && ne.Timeout():
 			class = classTimeout

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+
+	"github.com/edgehook/edgehook/internal/netguard"
 )
 
 // NewDirectTransport returns the http.RoundTripper direct-mode deliveries are sent with: plain-http
@@ -25,5 +27,5 @@ func NewDirectTransport(allow []netip.Prefix, maxIdlePerHost int) (http.RoundTri
 	if maxIdlePerHost < 1 {
 		return nil, fmt.Errorf("maxIdlePerHost: %d, want at least 1", maxIdlePerHost)
 	}
-	return newTransport(guardAddresses(slices.Clone(allow)), maxIdlePerHost), nil
+	return newTransport(netguard.Control(slices.Clone(allow)), maxIdlePerHost), nil
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/edgehook/edgehook/internal/h1"
+	"github.com/edgehook/edgehook/internal/netguard"
 )
 
 func TestNewDirectTransportRefusesAZeroPool(t *testing.T) {
@@ -45,8 +46,8 @@ func TestNewDirectTransportGuardsAddressesLikeTheEngine(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := send(rt); !errors.Is(err, errBlockedAddress) {
-			t.Fatalf("allow %v: got %v, want %v", allow, err, errBlockedAddress)
+		if err := send(rt); !errors.Is(err, netguard.ErrBlocked) {
+			t.Fatalf("allow %v: got %v, want %v", allow, err, netguard.ErrBlocked)
 		}
 	}
 	rt, err := NewDirectTransport([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, 1)

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strconv"
 	"sync"
@@ -26,6 +27,9 @@ import (
 	"github.com/edgehook/edgehook/shared/signature"
 	"github.com/edgehook/edgehook/shared/wire"
 )
+
+// loopbackNetworks are what dev's edge may forward to: its sample receivers.
+var loopbackNetworks = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
 
 // Defaults of dev.
 const (
@@ -128,7 +132,7 @@ func runDev(ctx context.Context, out io.Writer, log *slog.Logger, listen, edgeLi
 	}
 	edge, err := harness.New(ctx, harness.Config{WASMPath: wasm, Relay: relay.Config{
 		Secrets: []signature.Secret{edgeSecret}, Tolerance: relay.DefaultTolerance, DedupTTL: relay.DefaultDedupTTL, MaxBody: relay.DefaultMaxBody,
-	}}, log)
+	}, AllowNetworks: loopbackNetworks}, log) // the sample receivers are on loopback
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ type edgeLocalFlags struct {
 	tolerance, dedupTTL      time.Duration
 	maxBody                  config.ByteSize
 	instances                int
+	allowNetworks            []string
 }
 
 func (f *edgeLocalFlags) register(cmd *cobra.Command) {
@@ -31,7 +32,8 @@ func (f *edgeLocalFlags) register(cmd *cobra.Command) {
 	f.maxBody = relay.DefaultMaxBody
 	fs.Var(&f.maxBody, "max-body", "largest request body the edge accepts")
 	fs.IntVar(&f.instances, "instances", harness.DefaultPool, "module instances, i.e. requests relayed at once")
-	config.Mark(fs, "edge-secret")
+	fs.StringSliceVar(&f.allowNetworks, "allow-network", nil, allowNetworkUsage)
+	config.Mark(fs, "edge-secret", "allow-network")
 	config.MarkSecret(fs, "edge-secret")
 }
 
@@ -57,7 +59,11 @@ func (f *edgeLocalFlags) harnessConfig() (harness.Config, error) {
 	case f.instances < 1:
 		return harness.Config{}, usagef("--instances: %d; at least 1 is required", f.instances)
 	}
-	return harness.Config{Listen: f.listen, KVFile: f.kv, WASMPath: f.wasm, Relay: rc, Pool: f.instances}, nil
+	allow, err := parseNetworks(f.allowNetworks)
+	if err != nil {
+		return harness.Config{}, err
+	}
+	return harness.Config{Listen: f.listen, KVFile: f.kv, WASMPath: f.wasm, Relay: rc, Pool: f.instances, AllowNetworks: allow}, nil
 }
 
 func init() {

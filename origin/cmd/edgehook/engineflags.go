@@ -45,7 +45,7 @@ func (f *engineFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.Retention, "retention", engine.DefaultRetention, "delivered, dead and superseded deliveries older than this are deleted (by serve, and at the end of each drain)")
 	fs.StringVar(&c.EdgeURL, "edge-url", "", "URL of the edge relay, for subscribers in edge mode")
 	fs.StringVar(&f.edgeSecret, "edge-secret", "", "hop secret(s) shared with the edge, whsec_..., comma-separated during a rotation (prefer EDGEHOOK_EDGE_SECRET)")
-	fs.StringSliceVar(&f.allowNetworks, "allow-network", nil, "internal networks direct mode may reach, e.g. 127.0.0.0/8 for local receivers (default: none)")
+	fs.StringSliceVar(&f.allowNetworks, "allow-network", nil, allowNetworkUsage)
 	fs.DurationVar(&c.StopGrace, "shutdown-grace", engine.DefaultStopGrace, "how long requests and sends in flight may finish when stopping")
 	config.Mark(fs, engineSettings...)
 	config.MarkSecret(fs, "edge-secret")
@@ -102,13 +102,11 @@ func (f *engineFlags) config() (engine.Config, error) {
 	if c.EdgeURL != "" && len(c.EdgeSecrets) == 0 {
 		return c, usagef("--edge-secret: required with --edge-url")
 	}
-	for _, n := range f.allowNetworks {
-		p, err := netip.ParsePrefix(n)
-		if err != nil {
-			return c, usagef("--allow-network: %q is not a CIDR prefix such as 127.0.0.0/8", n)
-		}
-		c.AllowNetworks = append(c.AllowNetworks, p)
+	allow, err := parseNetworks(f.allowNetworks)
+	if err != nil {
+		return c, err
 	}
+	c.AllowNetworks = allow
 	c.Version = Version()
 	return c, nil
 }
@@ -134,4 +132,21 @@ func warnNoEdge(ctx context.Context, st *store.Store, cfg engine.Config, log *sl
 			"subscribers", ids)
 	}
 	return nil
+}
+
+// allowNetworkUsage is --allow-network's help, of the direct sends of drain and serve and of the
+// forwards of edge local alike.
+const allowNetworkUsage = "internal networks subscribers' URLs may reach, e.g. 127.0.0.0/8 for local receivers (default: none)"
+
+// parseNetworks reads --allow-network's CIDR prefixes.
+func parseNetworks(list []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, n := range list {
+		p, err := netip.ParsePrefix(n)
+		if err != nil {
+			return nil, usagef("--allow-network: %q is not a CIDR prefix such as 127.0.0.0/8", n)
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }

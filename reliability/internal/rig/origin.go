@@ -35,7 +35,7 @@ func Serve(t testing.TB, db string, extra ...string) *Origin {
 // Edge starts `edgehook edge local` on a fresh loopback port with the KV file and edge secret.
 func Edge(t testing.TB, kvFile, secret string, extra ...string) (*Proc, string) {
 	t.Helper()
-	args := append([]string{"edge", "local", "--listen", "127.0.0.1:0", "--kv", kvFile, "--wasm", WASM(t)}, JSONLogs...)
+	args := append([]string{"edge", "local", "--listen", "127.0.0.1:0", "--allow-network", "127.0.0.0/8", "--kv", kvFile, "--wasm", WASM(t)}, JSONLogs...)
 	p := Start(t, Command{Name: "edge", Args: append(args, extra...), Env: []string{"EDGEHOOK_EDGE_SECRET=" + secret}})
 	return p, p.Listening(t, "local edge listening")
 }

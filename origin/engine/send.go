@@ -57,6 +57,13 @@ func newTransport(control func(network, address string, c syscall.RawConn) error
 	}, d)
 }
 
+// edgeHopMargin is how much longer than the subscriber's timeout a request through the edge may
+// take: the edge enforces the subscriber's timeout itself, after its KV reads, and its answer
+// (forwarded, or upstream_timeout) decides. Cut at the subscriber's timeout, a 200 that came
+// within it was recorded as the origin's own timeout whenever the edge's work before the forward
+// took longer than the subscriber's slack.
+const edgeHopMargin = 10 * time.Second
+
 // Failure classes, the "class" label of the failed counter and the outcome of attempts that got no
 // usable answer.
 const (
@@ -129,7 +136,11 @@ func (e *Engine) deliver(ctx context.Context, c store.Claimed) store.Settlement 
 	if budget <= 0 {
 		return release
 	}
-	sendCtx, cancel := context.WithTimeout(ctx, min(sub.Timeout(), budget))
+	timeout := sub.Timeout()
+	if sub.Mode == store.ModeEdge {
+		timeout += edgeHopMargin
+	}
+	sendCtx, cancel := context.WithTimeout(ctx, min(timeout, budget))
 	req, err := e.request(sendCtx, c, now)
 	var resp response
 	if err != nil {
@@ -367,16 +378,26 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 }
 
 // retry schedules another attempt at `at`, unless the delivery has used its attempts or its age.
+// No attempt comes after the max age: a later one is brought forward to it, the delivery's last;
+// if the subscriber asked (Retry-After) to wait past it, the delivery is dead now.
 func (e *Engine) retry(c store.Claimed, set store.Settlement, at, now time.Time) store.Settlement {
+	deadline := c.AgeFrom.Add(e.cfg.MaxAge)
 	switch {
-	case now.Sub(c.AgeFrom) >= e.cfg.MaxAge:
+	case !now.Before(deadline), at.After(deadline) && !set.PauseUntil.IsZero():
 		set.Result, set.Reason = store.ResultDead, store.ReasonMaxAge
 	case c.Attempts+1 >= e.cfg.MaxAttempts:
 		set.Result, set.Reason = store.ResultDead, store.ReasonMaxAttempts
 	default:
-		set.Result, set.NextAttemptAt = store.ResultRetry, at
+		set.Result, set.NextAttemptAt = store.ResultRetry, minTime(at, deadline)
 	}
 	return set
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // holdForOperator reschedules a delivery that failed for the operator's reason (operatorFault)
@@ -390,7 +411,8 @@ func (e *Engine) holdForOperator(c store.Claimed, set store.Settlement, now time
 		set.Result, set.Reason = store.ResultDead, store.ReasonMaxAge
 		return set
 	}
-	set.Result, set.NextAttemptAt = store.ResultReschedule, now.Add(rand.N(min(e.cfg.BackoffCap, max(e.cfg.BackoffBase, waited))+1))
+	at := now.Add(rand.N(min(e.cfg.BackoffCap, max(e.cfg.BackoffBase, waited)) + 1))
+	set.Result, set.NextAttemptAt = store.ResultReschedule, minTime(at, c.AgeFrom.Add(e.cfg.MaxAge))
 	return set
 }
 

@@ -1,0 +1,74 @@
+package engine
+
+import (
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/edgehook/edgehook/origin/store"
+)
+
+// TestNoAttemptAfterTheMaxAge: --max-age is the "age after which a failing delivery is dead"
+// (README, settings table; DESIGN: "after N attempts or a maximum age a delivery is dead"). A
+// failed attempt whose retry would come after that age is the delivery's last: it must not stay
+// pending past its max age and be sent again then. Here the max age is 1 h and the subscriber's
+// first answer is 503 with Retry-After of 2 h (honoured: the cap is 3 h). The engine scheduled the
+// retry at 2 h, left the delivery pending past its max age, and sent it again at 2 h (the
+// subscriber answered 200 then: delivered at twice its max age).
+func TestNoAttemptAfterTheMaxAge(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{MaxAge: time.Hour, RetryAfterCap: 3 * time.Hour, MaxAttempts: 100})
+	var mu sync.Mutex
+	var ages []time.Duration
+	emitted := e.clk.Now()
+	k := newSink(t, func(w http.ResponseWriter, r *recorded) {
+		mu.Lock()
+		ages = append(ages, e.clk.Now().Sub(emitted))
+		first := len(ages) == 1
+		mu.Unlock()
+		if first {
+			w.Header().Set("Retry-After", "7200")
+			w.WriteHeader(503)
+			return
+		}
+		w.WriteHeader(200)
+	})
+	e.sub(store.SubscriberInput{URL: k.URL})
+	e.emit("e1", "t", `{}`)
+	e.drain()
+	for range 2 {
+		e.clk.Advance(time.Hour)
+		e.drain()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, age := range ages {
+		if age > time.Hour {
+			t.Errorf("attempt %d was sent at age %s, past the max age of 1h", i+1, age)
+		}
+	}
+	if d := e.only(); d.Status != store.StatusDead || d.Reason != store.ReasonMaxAge {
+		t.Errorf("two hours after its emit (max age 1h), after a failed attempt: delivery %s (reason %q, %d attempts), want dead by max_age",
+			d.Status, d.Reason, d.Attempts)
+	}
+}
+
+// TestARetryPastTheMaxAgeComesAtIt: a failed attempt whose backoff would land after the max age
+// is retried at the max age, the delivery's last chance; the operator's hold (an edge fault) is
+// bounded alike.
+func TestARetryPastTheMaxAgeComesAtIt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{MaxAge: time.Hour, MaxAttempts: 10})
+	now := e.clk.Now()
+	c := store.Claimed{AgeFrom: now.Add(-50 * time.Minute), Attempts: 1}
+	deadline := c.AgeFrom.Add(time.Hour)
+	if set := e.eng.retry(c, store.Settlement{}, now.Add(30*time.Minute), now); set.Result != store.ResultRetry || !set.NextAttemptAt.Equal(deadline) {
+		t.Fatalf("backoff to 30 min after, 10 min before the max age: result %d at %s, want a retry at the max age %s", set.Result, set.NextAttemptAt, deadline)
+	}
+	for range 20 { // the hold is random, up to an hour here
+		if set := e.eng.holdForOperator(c, store.Settlement{}, now); set.NextAttemptAt.After(deadline) {
+			t.Fatalf("an edge fault 10 min before the max age is held until %s, past the max age %s", set.NextAttemptAt, deadline)
+		}
+	}
+}

@@ -127,17 +127,18 @@ func TestEdgeWrongSecret(t *testing.T) {
 		"delivery_status": final.Status, "circuit": e.inspect.Circuit(t, "sub"), "subscriber_requests": sink.Total()})
 }
 
-// TestEdgeSlow puts a delaying proxy in front of the edge. A sluggish answer within the
-// subscriber's timeout is delivered at once; one slower than the timeout makes the origin give
-// up and retry; the edge finishes every forward it starts and deduplicates on the delivery id, so
-// the subscriber gets the event exactly once either way.
+// TestEdgeSlow puts a delaying proxy in front of the edge. A sluggish answer is delivered at once;
+// one slower than the origin waits (the subscriber's timeout plus 10 s for the edge's own work,
+// at most three quarters of the lease: 1.5 s here) makes the origin give up and retry; the edge
+// finishes every forward it starts and deduplicates on the delivery id, so the subscriber gets the
+// event exactly once either way.
 func TestEdgeSlow(t *testing.T) {
 	t.Parallel()
 	sink := rig.NewSink(t, nil)
 	db, kv := edgeSetup(t, map[string]string{"sluggish": sink.URL() + "/sluggish", "slow": sink.URL() + "/slow"}, "1s")
 	secret := newSecret(t)
 	_, edgeURL := rig.Edge(t, kv, secret)
-	// "sluggish" is always 300 ms late; "slow" is 1.5 s late the first time only (a slow spell).
+	// "sluggish" is always 300 ms late; "slow" is 2.5 s late the first time only (a slow spell).
 	var slowCalls atomic.Int32
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
@@ -147,7 +148,7 @@ func TestEdgeSlow(t *testing.T) {
 			time.Sleep(300 * time.Millisecond)
 		case "slow":
 			if slowCalls.Add(1) == 1 {
-				time.Sleep(1500 * time.Millisecond)
+				time.Sleep(2500 * time.Millisecond)
 			}
 		}
 		// The edge runs a request to its end even when the origin hangs up; so does this proxy.
@@ -169,7 +170,7 @@ func TestEdgeSlow(t *testing.T) {
 		w.WriteHeader(resp.StatusCode)
 		io.Copy(w, resp.Body)
 	})
-	o := rig.Serve(t, db, append(append([]string{}, fastRetry...), "--edge-url", slow.URL(), "--edge-secret", secret)...)
+	o := rig.Serve(t, db, append(append([]string{}, fastRetry...), "--lease-duration", "2s", "--edge-url", slow.URL(), "--edge-secret", secret)...)
 	e := &env{o: o, db: db, inspect: rig.OpenDB(t, db)}
 	e.emit(t, "evt_slow")
 	if st := e.settled(t, "evt_slow", "sluggish", "delivered"); st.Attempts != 1 {

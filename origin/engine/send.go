@@ -79,15 +79,16 @@ const (
 	classEdgeError    = "edge_error"       // no or unknown outcome header from the edge
 	classEdgeDown     = "edge_unreachable" // no connection to the edge
 	classConfig       = "misconfigured"    // the request could not be built (no edge URL, no secret)
+	classOpenFiles    = "open_files"       // this process could not open a socket: its open-files limit
 )
 
 // operatorFault reports whether a failure class is the operator's to fix (the edge, its URL, its
-// secret) rather than the subscriber's. Such a failure counts against neither the subscriber's
+// secret, the host's open-files limit) rather than the subscriber's. Such a failure counts against neither the subscriber's
 // circuit nor the delivery's attempts (holdForOperator) and makes a delivery dead only by age: an
 // edge that is down for an hour must not dead-letter every delivery it held up.
 func operatorFault(class string) bool {
 	switch class {
-	case classEdgeRejected, classEdgeError, classEdgeDown, classConfig:
+	case classEdgeRejected, classEdgeError, classEdgeDown, classConfig, classOpenFiles:
 		return true
 	}
 	return false
@@ -294,6 +295,11 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 			class = classBlocked
 		case errors.Is(r.err, context.DeadlineExceeded), errors.As(r.err, &ne) && ne.Timeout():
 			class = classTimeout
+		case errors.Is(r.err, syscall.EMFILE), errors.Is(r.err, syscall.ENFILE):
+			// Shared hosts cap open files low: the socket was never made, whatever the subscriber.
+			e.log.Error("OUT OF FILE DESCRIPTORS: raise the open-files limit (ulimit -n) or lower --workers",
+				"subscriber", sub.ID, "delivery", c.DeliveryID, "error", r.err)
+			return fail(classOpenFiles, r.err.Error(), false)
 		}
 		// Through the edge, a connection to it that was never made, or that failed, is the edge's:
 		// it answers upstream_unreachable for the subscriber's. A timeout once connected is not:

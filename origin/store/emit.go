@@ -18,6 +18,7 @@ import (
 
 // emitReq is one caller's Emit or EmitBatch waiting for the group committer.
 type emitReq struct {
+	ctx     context.Context // the caller's: one gone before the transaction begins is not written
 	events  []EmitInput
 	field   string   // the events' field in errors: "events" for a batch, "" for one event
 	hashes  [][]byte // bodyHash of each event, computed by the caller, not the committer
@@ -59,7 +60,7 @@ func (s *Store) EmitBatch(ctx context.Context, ins []EmitInput) ([]EmitResult, e
 }
 
 func (s *Store) emit(ctx context.Context, ins []EmitInput, field string) ([]EmitResult, error) {
-	req := &emitReq{events: ins, field: field, hashes: make([][]byte, len(ins)), done: make(chan struct{})}
+	req := &emitReq{ctx: ctx, events: ins, field: field, hashes: make([][]byte, len(ins)), done: make(chan struct{})}
 	for i := range ins {
 		if err := s.validateEmit(&ins[i], req.prefix(i)); err != nil {
 			return nil, err
@@ -74,8 +75,9 @@ func (s *Store) emit(ctx context.Context, ins []EmitInput, field string) ([]Emit
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	// Once queued the request is committed or failed whatever ctx does; a caller that gives up
-	// early may retry with the same ids, which is idempotent.
+	// A caller that gives up before its request's transaction begins has it dropped (not stored);
+	// once begun it is committed or failed whatever ctx does. Either way a retry with the same ids
+	// is idempotent.
 	select {
 	case <-req.done:
 		return req.results, req.err
@@ -197,6 +199,9 @@ func (s *Store) gather(first *emitReq, wait bool) []*emitReq {
 // savepoint either: a savepoint makes SQLite copy every page it changes to the statement journal,
 // once per savepoint.
 func (s *Store) commitGroup(group []*emitReq) {
+	if group = live(group); len(group) == 0 {
+		return
+	}
 	// Not the callers' contexts: one caller giving up must not abort the others' transaction.
 	ctx := context.Background()
 	var superseded, overflow int64
@@ -242,6 +247,22 @@ func (s *Store) commitGroup(group []*emitReq) {
 		}
 		close(r.done)
 	}
+}
+
+// live answers and leaves out the requests whose callers have gone (a client that timed out while
+// the database was locked, an interrupted CLI): not written, as their callers were told. An
+// application that then sends the event again without its id stores it once, not twice.
+func live(group []*emitReq) []*emitReq {
+	kept := group[:0]
+	for _, r := range group {
+		if err := r.ctx.Err(); err != nil {
+			r.err = err
+			close(r.done)
+			continue
+		}
+		kept = append(kept, r)
+	}
+	return kept
 }
 
 // storedEvent is an event id already in the database, or planned in the group being written.

@@ -1129,3 +1129,50 @@ func TestOpeningANewFileTogetherWaits(t *testing.T) {
 		}
 	}
 }
+
+// TestAnEmitWhoseCallerLeftIsNotStored: a caller that gives up while its request waits behind a
+// transaction held up by another process's lock (an HTTP client's timeout) is told so, and its
+// event must then not be stored once the lock is released: an application that sends it again
+// without its id would store it twice. A request whose transaction began is written whatever its
+// caller does.
+func TestAnEmitWhoseCallerLeftIsNotStored(t *testing.T) {
+	t.Parallel()
+	s, _ := open(t, Options{BusyTimeout: 10 * time.Second})
+	other, err := sql.Open("sqlite", "file:"+s.opts.Path+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	lock, err := other.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if _, err := lock.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() { // taken by the committer at once: its transaction waits for the lock
+		_, err := s.Emit(context.Background(), EmitInput{ID: "first", Type: "t", Body: []byte(`{}`)})
+		first <- err
+	}()
+	for s.enqueued.Load() == 0 || len(s.emits) > 0 { // until the committer has taken it
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // and begun its transaction
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := s.Emit(ctx, EmitInput{ID: "gone", Type: "t", Body: []byte(`{}`)}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("emit behind a locked database with a 200 ms deadline: %v, want its deadline", err)
+	}
+	if _, err := lock.ExecContext(context.Background(), "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("the emit whose transaction waited for the lock: %v", err)
+	}
+	mustEmit(t, s, "after", "t", `{}`) // the committer has passed the gone request's turn
+	if _, err := s.GetEvent(context.Background(), "gone"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the event whose caller left before its transaction began: %v, want it not stored", err)
+	}
+}

@@ -8,7 +8,8 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// DefaultDrainFor fits a drain started by cron every minute, with room for the grace period.
+// DefaultDrainFor suits a drain started by cron every minute. Sends still in flight then get up to
+// --shutdown-grace, so a run may outlast its minute: the next one runs beside it, which is safe.
 const DefaultDrainFor = 55 * time.Second
 
 func init() {

@@ -364,7 +364,10 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 		set.Result, set.NextAttemptAt = store.ResultRetry, now
 		return set
 	case s == http.StatusTooManyRequests || s == http.StatusServiceUnavailable:
-		if d, err := wire.ParseRetryAfter(r.retryAfter, now); err == nil {
+		// A wait of 0 (a date already past by this clock, or "0") is no wait: taken as one, every
+		// attempt was spent at once on a subscriber that asked to be left alone. It backs off as
+		// for any failure.
+		if d, err := wire.ParseRetryAfter(r.retryAfter, now); err == nil && d > 0 {
 			at := now.Add(min(d, e.cfg.RetryAfterCap))
 			msg := fmt.Sprintf("%d with Retry-After %q", s, r.retryAfter)
 			attempt.Outcome, attempt.Error, set.Error = classThrottled, msg, msg

@@ -439,9 +439,10 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (Stats, error) {
 	for i := range st.Subscribers {
 		byID[st.Subscribers[i].SubscriberID] = &st.Subscribers[i]
 	}
-	// The last minute in whole seconds of settling: the second it began in counts whole.
-	rows, err = tx.QueryContext(ctx, `SELECT subscriber_id, sum(n) FROM delivered_by_second WHERE second >= ? GROUP BY subscriber_id`,
-		(nowMS-time.Minute.Milliseconds())/1000)
+	// The last minute in whole seconds of settling: the second it began in counts whole. Seconds
+	// after now (written before the clock was set back) are not the last minute's.
+	rows, err = tx.QueryContext(ctx, `SELECT subscriber_id, sum(n) FROM delivered_by_second WHERE second >= ? AND second <= ?
+		GROUP BY subscriber_id`, (nowMS-time.Minute.Milliseconds())/1000, nowMS/1000)
 	if err != nil {
 		return Stats{}, err
 	}

@@ -10,9 +10,10 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/edgehook/edgehook/internal/rawserve"
 )
 
 // scripted is a loopback server that answers each request read on a connection with the next
@@ -69,42 +70,6 @@ func newScripted(t *testing.T, answers ...string) *scripted {
 }
 
 func (s *scripted) accepted() int { return len(s.conns) }
-
-// serveEach serves every connection ln accepts with handle, each on its own goroutine, and closes
-// the connection when handle returns. When the test ends it closes ln and waits for the handlers.
-func serveEach(t *testing.T, ln net.Listener, handle func(c net.Conn)) {
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				handle(c)
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		wg.Wait()
-	})
-}
-
-// listenLoopback listens on a free port of 127.0.0.1.
-func listenLoopback(t *testing.T) net.Listener {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ln
-}
 
 func newTestH1(t *testing.T) *Transport {
 	t.Helper()
@@ -212,8 +177,8 @@ func TestH1RefusesEndlessHeaders(t *testing.T) {
 		headerBytes int   // of the answer's X-Long header
 		tooLong     bool
 	}{{0, defaultMaxHeaderBytes + 2*chunk, true}, {128 << 10, 100_000, false}, {128 << 10, 128<<10 + 2*chunk, true}} {
-		ln := listenLoopback(t)
-		serveEach(t, ln, func(nc net.Conn) {
+		ln := rawserve.Listen(t)
+		rawserve.Each(t, ln, func(nc net.Conn) {
 			http.ReadRequest(bufio.NewReader(nc))
 			nc.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-Long: "))
 			for left := c.headerBytes; left > 0; left -= chunk {
@@ -277,13 +242,13 @@ func TestH1SendsAgainOnANewConnectionWhenNothingWasWritten(t *testing.T) {
 // leaves the pool, with no sweep left scheduled.
 func TestH1ClosesConnectionsIdleTooLong(t *testing.T) {
 	const idleFor = 50 * time.Millisecond
-	ln := listenLoopback(t)
+	ln := rawserve.Listen(t)
 	type closing struct {
 		err   error         // what the server's read after the answer ended with
 		after time.Duration // how long after the answer
 	}
 	closed := make(chan closing, 1)
-	serveEach(t, ln, func(c net.Conn) {
+	rawserve.Each(t, ln, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		req, err := http.ReadRequest(br)
 		if err != nil {
@@ -328,16 +293,16 @@ func TestH1ClosesConnectionsIdleTooLong(t *testing.T) {
 // Transport reads the answer after writing; a large one goes to net/http, which reads the
 // answer while it writes (Transport would block on the write until the deadline).
 func TestH1GetsAnAnswerSentBeforeTheBodyWasRead(t *testing.T) {
-	ln := listenLoopback(t)
+	ln := rawserve.Listen(t)
 	release := make(chan struct{})
-	serveEach(t, ln, func(c net.Conn) {
+	rawserve.Each(t, ln, func(c net.Conn) {
 		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
 			return
 		}
 		c.Write([]byte("HTTP/1.1 503 Service Unavailable\r\nRetry-After: 30\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"))
 		<-release // neither reads the body nor closes
 	})
-	t.Cleanup(func() { close(release) }) // before serveEach's wait
+	t.Cleanup(func() { close(release) }) // before rawserve.Each's wait
 	h := newTestH1(t)
 	// 16 MiB passes what loopback's socket buffers take while nobody reads (a few MB): a write
 	// of it blocks, as a smaller one can over a real network.
@@ -406,9 +371,9 @@ func TestH1KeepsIdleConnectionsForACancelledRequest(t *testing.T) {
 // connection, then closes it without answering. The request went out, so it may have been acted
 // on: Transport reports the error and does not send it again on a new connection.
 func TestH1DoesNotSendAgainWhatWasWritten(t *testing.T) {
-	ln := listenLoopback(t)
+	ln := rawserve.Listen(t)
 	requests := make(chan struct{}, 4)
-	serveEach(t, ln, func(c net.Conn) {
+	rawserve.Each(t, ln, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		for n := 0; ; n++ {
 			req, err := http.ReadRequest(br)
@@ -506,8 +471,8 @@ func TestH1CancelledWhileWritingGivesNoAnswer(t *testing.T) {
 func TestH1RefusesALongHeadOfShortHeadersAsTooLong(t *testing.T) {
 	const limit = 128 << 10
 	for pad := range 11 { // lines are 11 bytes: the limit falls on each byte of one
-		ln := listenLoopback(t)
-		serveEach(t, ln, func(nc net.Conn) {
+		ln := rawserve.Listen(t)
+		rawserve.Each(t, ln, func(nc net.Conn) {
 			nc.SetDeadline(time.Now().Add(5 * time.Second))
 			http.ReadRequest(bufio.NewReader(nc))
 			w := bufio.NewWriter(nc)

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/edgehook/edgehook/internal/rawserve"
 )
 
 // TestH1ReadsAnAnswerSentBeforeAFailedWrite: with the smallest socket buffers an 8 KiB request
@@ -30,7 +32,7 @@ func TestH1ReadsAnAnswerSentBeforeAFailedWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	serveEach(t, ln, func(c net.Conn) {
+	rawserve.Each(t, ln, func(c net.Conn) {
 		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
 			return
 		}

@@ -9,11 +9,11 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/edgehook/edgehook/internal/h1"
+	"github.com/edgehook/edgehook/internal/rawserve"
 	"github.com/edgehook/edgehook/origin/store"
 	"github.com/edgehook/edgehook/shared/wire"
 )
@@ -23,40 +23,22 @@ import (
 // stops by itself when the client gives up.
 func bigHeadServer(t *testing.T, n int) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(10 * time.Second))
-				req, err := http.ReadRequest(bufio.NewReader(c))
-				if err != nil {
-					return
-				}
-				io.Copy(io.Discard, req.Body)
-				w := bufio.NewWriterSize(c, 64<<10)
-				io.WriteString(w, "HTTP/1.1 200 OK\r\n")
-				for i := range n {
-					fmt.Fprintf(w, "X%d: y\r\n", i)
-				}
-				io.WriteString(w, "Content-Length: 0\r\nConnection: close\r\n\r\n")
-				w.Flush()
-			}()
+	ln := rawserve.Listen(t)
+	rawserve.Each(t, ln, func(c net.Conn) {
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		req, err := http.ReadRequest(bufio.NewReader(c))
+		if err != nil {
+			return
 		}
-	}()
+		io.Copy(io.Discard, req.Body)
+		w := bufio.NewWriterSize(c, 64<<10)
+		io.WriteString(w, "HTTP/1.1 200 OK\r\n")
+		for i := range n {
+			fmt.Fprintf(w, "X%d: y\r\n", i)
+		}
+		io.WriteString(w, "Content-Length: 0\r\nConnection: close\r\n\r\n")
+		w.Flush()
+	})
 	return "http://" + ln.Addr().String() + "/"
 }
 

@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/edgehook/edgehook/internal/syncbuf"
 	"github.com/edgehook/edgehook/origin/store"
+	"github.com/edgehook/edgehook/shared/wire"
 )
 
 // logLines captures an engine's log as JSON lines.
@@ -105,5 +107,34 @@ func TestDeadDeliveriesAreLogged(t *testing.T) {
 	}
 	if total != 5 || len(lines) > 5 {
 		t.Fatalf("dead-letter lines %v count %d deliveries, want 5", lines, total)
+	}
+}
+
+// TestEdgeRejectionSaysWhatToCheck: the error logged for a hop the edge refused names what to
+// check for its reason: a stale timestamp is the clocks', not the edge secret's.
+func TestEdgeRejectionSaysWhatToCheck(t *testing.T) {
+	t.Parallel()
+	for reason, want := range map[string]string{
+		wire.ReasonStaleTimestamp: "clocks",
+		wire.ReasonBadSignature:   "EDGE_SECRET",
+		wire.ReasonBadRecord:      "KV record",
+	} {
+		t.Run(reason, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, Config{})
+			edge := newSink(t, func(w http.ResponseWriter, _ *recorded) {
+				w.Header().Set(wire.HeaderOutcome, string(wire.Rejected(reason)))
+				w.WriteHeader(401)
+			})
+			e.useEdge(edge.URL, edgeSecret(t))
+			logs := e.captureLog()
+			e.sub(store.SubscriberInput{ID: "s", URL: "https://subscriber.example/", Mode: store.ModeEdge})
+			e.emit("e1", "t", `{}`)
+			e.drain()
+			lines := logs.withMsg(t, "EDGE REJECTED")
+			if len(lines) != 1 || lines[0]["reason"] != reason || !strings.Contains(lines[0]["msg"].(string), want) {
+				t.Fatalf("rejected:%s logged %v, want one line whose message names %q", reason, lines, want)
+			}
+		})
 	}
 }

@@ -317,7 +317,7 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 		}
 		attempt.Outcome = string(o)
 		if reason, ok := o.IsRejected(); ok {
-			e.log.Error("EDGE REJECTED A DELIVERY: check the edge secret and the subscriber's KV record",
+			e.log.Error("EDGE REJECTED A DELIVERY: "+rejectionHint(reason),
 				"reason", reason, "subscriber", sub.ID, "delivery", c.DeliveryID, "status", r.status)
 			e.m.edgeRejections.WithLabelValues(reason).Inc()
 			return fail(classEdgeRejected, "edge rejected: "+reason, false)
@@ -434,6 +434,23 @@ func (e *Engine) backoff(attempts int) time.Duration {
 		}
 	}
 	return rand.N(ceiling + 1)
+}
+
+// rejectionHint says what to check after the edge refused a hop for reason (PROTOCOL.md §5).
+func rejectionHint(reason string) string {
+	switch reason {
+	case wire.ReasonStaleTimestamp:
+		return "check the clocks of the origin and the edge (NTP): the hop's timestamp is outside the edge's tolerance"
+	case wire.ReasonBadSignature, wire.ReasonMissingHeader, wire.ReasonMalformedHeader:
+		return "check that --edge-secret matches the edge's EDGE_SECRET, and that nothing between them rewrites the request"
+	case wire.ReasonUnknownSubscriber, wire.ReasonBadRecord:
+		return "check the subscriber's KV record (edgehook edge export-kv, then wrangler kv bulk put)"
+	case wire.ReasonBodyTooLarge:
+		return "the body is over the edge's MAX_BODY_BYTES: raise it, or lower --body-limit"
+	case wire.ReasonKVUnavailable:
+		return "the edge could not read KV; it is retried"
+	}
+	return "check the edge's configuration and logs"
 }
 
 // markLabel bounds the mark label to the marks the protocol names: the edge's answer is not

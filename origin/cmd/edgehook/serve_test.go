@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // TestCheckServeListen: without a token only loopback addresses are accepted.
 func TestCheckServeListen(t *testing.T) {
@@ -32,6 +35,20 @@ func TestCheckServeListen(t *testing.T) {
 		}
 		if err := checkServe(); (err == nil) != c.ok {
 			t.Errorf("--listen %s (token %v): err = %v, want ok %v", c.listen, c.token, err, c.ok)
+		}
+	}
+}
+
+// TestReadTimeoutLetsTheLargestBodyIn: serve reads a request within a minute plus a second per MiB
+// of the largest body it takes, so a client uploading at 1 MiB/s gets a body at the 100 MiB
+// --body-limit in; a flat minute needed 1.7 MB/s.
+func TestReadTimeoutLetsTheLargestBodyIn(t *testing.T) {
+	for limit, want := range map[int64]time.Duration{
+		8 << 20:   68 * time.Second,  // the default --batch-body-limit
+		100 << 20: 160 * time.Second, // the largest --body-limit
+	} {
+		if got := readTimeout(limit); got != want {
+			t.Errorf("readTimeout(%d MiB) = %s, want %s", limit>>20, got, want)
 		}
 	}
 }

@@ -127,6 +127,12 @@ func (e *Engine) deliver(ctx context.Context, c store.Claimed) store.Settlement 
 		}
 	}
 	now := e.cfg.Now()
+	// No attempt after the max age: a failing delivery claimed late (a circuit's cool-down, a
+	// pause) dies unsent.
+	if c.Attempts > 0 && !now.Before(c.AgeFrom.Add(e.cfg.MaxAge)) {
+		return store.Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: c.Subscriber.ID,
+			Result: store.ResultDead, Reason: store.ReasonMaxAge, Error: "max age reached before the next attempt"}
+	}
 	// A send is cut at 3/4 of its lease as claimed, the pacer's wait included: the last quarter
 	// is for its outcome to be written before another claim may take the delivery over. A lease
 	// that has no room left is given back unsent.
@@ -295,7 +301,7 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 			class = classBlocked
 		case errors.Is(r.err, context.DeadlineExceeded), errors.As(r.err, &ne) && ne.Timeout():
 			class = classTimeout
-		case errors.Is(r.err, syscall.EMFILE), errors.Is(r.err, syscall.ENFILE):
+		case errors.Is(r.err, syscall.EMFILE), errors.Is(r.err, syscall.ENFILE), lookupOutOfFiles(r.err):
 			// Shared hosts cap open files low: the socket was never made, whatever the subscriber.
 			e.log.Error("OUT OF FILE DESCRIPTORS: raise the open-files limit (ulimit -n) or lower --workers",
 				"subscriber", sub.ID, "delivery", c.DeliveryID, "error", r.err)
@@ -434,6 +440,13 @@ func (e *Engine) backoff(attempts int) time.Duration {
 		}
 	}
 	return rand.N(ceiling + 1)
+}
+
+// lookupOutOfFiles tells whether err is a DNS lookup that could not open its socket: Go's resolver
+// keeps only the text of that error, not its errno.
+func lookupOutOfFiles(err error) bool {
+	var de *net.DNSError
+	return errors.As(err, &de) && (strings.Contains(de.Err, syscall.EMFILE.Error()) || strings.Contains(de.Err, syscall.ENFILE.Error()))
 }
 
 // rejectionHint says what to check after the edge refused a hop for reason (PROTOCOL.md §5).

@@ -191,5 +191,5 @@ func listenOn(flag, addr string) (net.Listener, error) {
 // second more per MiB, so the largest body allowed is not cut off from a client uploading at 1 MiB/s
 // (a 100 MiB --body-limit needed 1.7 MB/s within a flat minute).
 func readTimeout(limit int64) time.Duration {
-	return time.Minute + time.Duration(limit>>20)*time.Second
+	return time.Minute + time.Duration(min(limit>>20, 1<<20))*time.Second // at most about 12 days, never overflowing
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"testing"
 	"time"
+
+	"github.com/edgehook/edgehook/origin/config"
 )
 
 // TestCheckServeListen: without a token only loopback addresses are accepted.
@@ -50,5 +52,19 @@ func TestReadTimeoutLetsTheLargestBodyIn(t *testing.T) {
 		if got := readTimeout(limit); got != want {
 			t.Errorf("readTimeout(%d MiB) = %s, want %s", limit>>20, got, want)
 		}
+	}
+}
+
+// TestReadTimeoutOfAHugeBatchBodyLimit: --batch-body-limit has no upper bound (a
+// ByteSize takes up to 2^62 bytes), and readTimeout adds a second per MiB in int64 nanoseconds:
+// from about 8.8 PiB it overflows, and a ReadTimeout <= 0 is no read timeout at all.
+func TestReadTimeoutOfAHugeBatchBodyLimit(t *testing.T) {
+	t.Parallel()
+	var b config.ByteSize
+	if err := b.Set("1073741824GiB"); err != nil { // accepted by the flag
+		t.Fatal(err)
+	}
+	if got := readTimeout(int64(b)); got <= 0 {
+		t.Fatalf("readTimeout(--batch-body-limit %s) = %s: no read timeout at all", b, got)
 	}
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -19,20 +20,9 @@ import (
 func TestNoAttemptAfterTheMaxAge(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{MaxAge: time.Hour, RetryAfterCap: 3 * time.Hour, MaxAttempts: 100})
-	var mu sync.Mutex
-	var ages []time.Duration
-	emitted := e.clk.Now()
-	k := newSink(t, func(w http.ResponseWriter, r *recorded) {
-		mu.Lock()
-		ages = append(ages, e.clk.Now().Sub(emitted))
-		first := len(ages) == 1
-		mu.Unlock()
-		if first {
-			w.Header().Set("Retry-After", "7200")
-			w.WriteHeader(503)
-			return
-		}
-		w.WriteHeader(200)
+	k, ages := ageSink(t, e, func(w http.ResponseWriter) {
+		w.Header().Set("Retry-After", "7200")
+		w.WriteHeader(503)
 	})
 	e.sub(store.SubscriberInput{URL: k.URL})
 	e.emit("e1", "t", `{}`)
@@ -41,9 +31,7 @@ func TestNoAttemptAfterTheMaxAge(t *testing.T) {
 		e.clk.Advance(time.Hour)
 		e.drain()
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	for i, age := range ages {
+	for i, age := range ages() {
 		if age > time.Hour {
 			t.Errorf("attempt %d was sent at age %s, past the max age of 1h", i+1, age)
 		}
@@ -70,5 +58,52 @@ func TestARetryPastTheMaxAgeComesAtIt(t *testing.T) {
 		if set := e.eng.holdForOperator(c, store.Settlement{}, now); set.NextAttemptAt.After(deadline) {
 			t.Fatalf("an edge fault 10 min before the max age is held until %s, past the max age %s", set.NextAttemptAt, deadline)
 		}
+	}
+}
+
+// TestNoAttemptAfterTheMaxAgeBehindAnOpenCircuit: PROTOCOL.md §5 now says "No attempt
+// comes after --max-age". retry() brings the next attempt forward to the max age, but nothing
+// stops a claim that comes later: here the first failure opens the circuit for 2 h (max age 1 h),
+// the delivery is not claimable until the cool-down ends, and is then sent as the probe at age 2 h.
+func TestNoAttemptAfterTheMaxAgeBehindAnOpenCircuit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{MaxAge: time.Hour, MaxAttempts: 100, BackoffBase: time.Second, BackoffCap: time.Second,
+		CircuitThreshold: 1, CircuitCooldown: 2 * time.Hour, CircuitMaxCooldown: 2 * time.Hour})
+	k, ages := ageSink(t, e, func(w http.ResponseWriter) { w.WriteHeader(500) })
+	e.sub(store.SubscriberInput{URL: k.URL})
+	e.emit("e1", "t", `{}`)
+	e.drain()
+	for range 3 {
+		e.clk.Advance(50 * time.Minute)
+		e.drain()
+	}
+	for i, age := range ages() {
+		if age >= time.Hour {
+			t.Errorf("attempt %d was sent at age %s, past the max age of 1h", i+1, age)
+		}
+	}
+}
+
+// ageSink answers a delivery's first request with first, and 200 after; ages returns the age of
+// each request at the sink, from now (the emit's time).
+func ageSink(t *testing.T, e *env, first func(w http.ResponseWriter)) (k *sink, ages func() []time.Duration) {
+	var mu sync.Mutex
+	var seen []time.Duration
+	emitted := e.clk.Now()
+	k = newSink(t, func(w http.ResponseWriter, r *recorded) {
+		mu.Lock()
+		seen = append(seen, e.clk.Now().Sub(emitted))
+		n := len(seen)
+		mu.Unlock()
+		if n == 1 {
+			first(w)
+			return
+		}
+		w.WriteHeader(200)
+	})
+	return k, func() []time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
 	}
 }

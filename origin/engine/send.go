@@ -129,7 +129,7 @@ func (e *Engine) deliver(ctx context.Context, c store.Claimed) store.Settlement 
 	now := e.cfg.Now()
 	// No attempt after the max age: a failing delivery claimed late (a circuit's cool-down, a
 	// pause) dies unsent.
-	if c.Attempts > 0 && !now.Before(c.AgeFrom.Add(e.cfg.MaxAge)) {
+	if c.Attempts > 0 && !now.Before(e.deadline(c)) {
 		return store.Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: c.Subscriber.ID,
 			Result: store.ResultDead, Reason: store.ReasonMaxAge, Error: "max age reached before the next attempt"}
 	}
@@ -396,7 +396,7 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 // No attempt comes after the max age: a later one is brought forward to it, the delivery's last;
 // if the subscriber asked (Retry-After) to wait past it, the delivery is dead now.
 func (e *Engine) retry(c store.Claimed, set store.Settlement, at, now time.Time) store.Settlement {
-	deadline := c.AgeFrom.Add(e.cfg.MaxAge)
+	deadline := e.deadline(c)
 	switch {
 	case !now.Before(deadline), at.After(deadline) && !set.PauseUntil.IsZero():
 		set.Result, set.Reason = store.ResultDead, store.ReasonMaxAge
@@ -407,6 +407,9 @@ func (e *Engine) retry(c store.Claimed, set store.Settlement, at, now time.Time)
 	}
 	return set
 }
+
+// deadline is when c reaches --max-age: no attempt comes after it.
+func (e *Engine) deadline(c store.Claimed) time.Time { return c.AgeFrom.Add(e.cfg.MaxAge) }
 
 func minTime(a, b time.Time) time.Time {
 	if b.Before(a) {
@@ -427,7 +430,7 @@ func (e *Engine) holdForOperator(c store.Claimed, set store.Settlement, now time
 		return set
 	}
 	at := now.Add(rand.N(min(e.cfg.BackoffCap, max(e.cfg.BackoffBase, waited)) + 1))
-	set.Result, set.NextAttemptAt = store.ResultReschedule, minTime(at, c.AgeFrom.Add(e.cfg.MaxAge))
+	set.Result, set.NextAttemptAt = store.ResultReschedule, minTime(at, e.deadline(c))
 	return set
 }
 

@@ -221,6 +221,11 @@ func openVersion(ctx context.Context, opts Options, version int) (*Store, error)
 	if err := createPrivate(opts.Path); err != nil {
 		return nil, fmt.Errorf("open %s: %w", opts.Path, err)
 	}
+	// The file is checked before the writer opens it: the writer's DSN switches it to WAL, which
+	// would change a file that Open then refuses.
+	if err := waitBusy(ctx, opts.BusyTimeout, func() error { return checkFile(ctx, dsn("&_pragma=query_only(1)")) }); err != nil {
+		return nil, fmt.Errorf("open %s: %w", opts.Path, err)
+	}
 	// The writer does not checkpoint: checkpointLoop does, from its own connection.
 	w, err := sql.Open("sqlite", dsn("&_pragma=journal_mode(WAL)&_pragma=wal_autocheckpoint(0)&_txlock=immediate"))
 	if err != nil {
@@ -233,7 +238,7 @@ func openVersion(ctx context.Context, opts Options, version int) (*Store, error)
 	s := &Store{opts: opts, w: w, emits: make(chan *emitReq, MaxBatchEvents), wake: make(chan struct{}, 1),
 		wrote: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), ckptDone: make(chan struct{}),
 		stmts: map[string]*sql.Stmt{}, wanted: map[string]bool{}, fanoutIDs: fanoutIDs{byKey: map[string]int64{}}}
-	if err := s.migrateWaiting(ctx, version); err != nil {
+	if err := waitBusy(ctx, opts.BusyTimeout, func() error { return s.migrate(ctx, version) }); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("open %s: %w", opts.Path, err)
 	}
@@ -262,16 +267,16 @@ func openVersion(ctx context.Context, opts Options, version int) (*Store, error)
 	return s, nil
 }
 
-// migrateWaiting runs migrate, again while it fails with SQLITE_BUSY, until the busy timeout has
-// passed. It is the writer's first use: on a file another process is creating, its connection's
+// waitBusy runs fn, a connection's first use (checkFile, migrate), again while it fails with
+// SQLITE_BUSY, until timeout has passed. On a file another process is creating, the writer's
 // switch to WAL (a pragma of the DSN) failed at once, without the busy handler (three processes
 // opening one new file at once: a few rounds in 40), and a fresh install whose first cron drain
 // and first `edgehook emit` started together lost one of them to "database is locked". A failed
 // connection is discarded, so the next try opens another.
-func (s *Store) migrateWaiting(ctx context.Context, version int) error {
-	deadline := time.Now().Add(s.opts.BusyTimeout)
+func waitBusy(ctx context.Context, timeout time.Duration, fn func() error) error {
+	deadline := time.Now().Add(timeout)
 	for {
-		err := s.migrate(ctx, version)
+		err := fn()
 		if err == nil || ResultCode(err) != CodeBusy || time.Now().After(deadline) {
 			return err
 		}
@@ -367,32 +372,66 @@ var migrationFS embed.FS
 // `edgehook migrate`. It returns an error if the database is newer than this binary.
 func (s *Store) Migrate(ctx context.Context) error { return s.migrate(ctx, 0) }
 
-// migrate applies the migrations up to version (0: all).
-func (s *Store) migrate(ctx context.Context, version int) error {
+// migrations returns the names of the embedded migrations, in order.
+func migrations() ([]string, error) {
 	names, err := fs.Glob(migrationFS, "migrations/*.sql")
+	sort.Strings(names)
+	return names, err
+}
+
+// checkFile runs checkVersion on its own connection to dsn, which must only read: a file refused
+// is then left as it was.
+func checkFile(ctx context.Context, dsn string) error {
+	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return err
 	}
-	sort.Strings(names)
-	latest := len(names)
+	defer db.Close()
+	_, err = checkVersion(ctx, db)
+	return err
+}
+
+// checkVersion returns the database's schema version, or an error if edgehook must not use the
+// file: its schema is newer than this binary's, or it is another application's
+// (ErrForeignDatabase). One statement reads it all: between two, another process's first
+// migration could commit, and the file look like one with tables but no version.
+func checkVersion(ctx context.Context, q queryRower) (int, error) {
+	names, err := migrations()
+	if err != nil {
+		return 0, err
+	}
+	var current, meta int
+	var other sql.NullString
+	err = q.QueryRowContext(ctx, `SELECT user_version,
+		(SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'),
+		(SELECT min(name) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%')
+		FROM pragma_user_version`).Scan(&current, &meta, &other)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("read version: %w", err)
+	case current > len(names):
+		return 0, fmt.Errorf("database schema version %d is newer than this binary's %d: run the newer edgehook, or restore a backup made before the upgrade", current, len(names))
+	case current == 0 && other.Valid:
+		// A mistyped --db naming another application's file must not have edgehook's tables added.
+		return 0, fmt.Errorf("%w: it has no schema version but holds other things (%q, ...)", ErrForeignDatabase, other.String)
+	case current > 0 && meta == 0:
+		return 0, fmt.Errorf("%w: its schema version is %d but it has no edgehook tables", ErrForeignDatabase, current)
+	}
+	return current, nil
+}
+
+// migrate applies the migrations up to version (0: all).
+func (s *Store) migrate(ctx context.Context, version int) error {
+	names, err := migrations()
+	if err != nil {
+		return err
+	}
 	if version > 0 {
 		names = names[:version]
 	}
-	var current int
-	if err := s.w.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&current); err != nil {
-		return fmt.Errorf("migrate: read version: %w", err)
-	}
-	if current > latest {
-		return fmt.Errorf("migrate: database schema version %d is newer than this binary's %d: run the newer edgehook, or restore a backup made before the upgrade", current, latest)
-	}
-	if current > 0 {
-		var meta int
-		if err := s.w.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'`).Scan(&meta); err != nil {
-			return fmt.Errorf("migrate: %w", err)
-		}
-		if meta == 0 {
-			return fmt.Errorf("migrate: %w: its schema version is %d but it has no edgehook tables", ErrForeignDatabase, current)
-		}
+	current, err := checkVersion(ctx, s.w)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
 	}
 	for i := current; i < len(names); i++ {
 		body, err := migrationFS.ReadFile(names[i])
@@ -400,18 +439,11 @@ func (s *Store) migrate(ctx context.Context, version int) error {
 			return err
 		}
 		err = s.inTx(ctx, func(tx *sql.Tx) error {
-			// Re-check inside the write lock: another process may have migrated meanwhile.
-			var v int
-			if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
+			// Re-check inside the write lock: another process may have migrated (or written)
+			// meanwhile.
+			v, err := checkVersion(ctx, tx)
+			if err != nil || v != i {
 				return err
-			}
-			if v != i {
-				return nil
-			}
-			if i == 0 {
-				if err := checkEmpty(ctx, tx); err != nil {
-					return err
-				}
 			}
 			if _, err := tx.ExecContext(ctx, string(body)); err != nil {
 				return err
@@ -421,7 +453,7 @@ func (s *Store) migrate(ctx context.Context, version int) error {
 					return err
 				}
 			}
-			_, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, i+1))
+			_, err = tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, i+1))
 			return err
 		})
 		if err != nil {
@@ -435,18 +467,9 @@ func (s *Store) migrate(ctx context.Context, version int) error {
 // leaves it alone.
 var ErrForeignDatabase = errors.New("not an edgehook database")
 
-// checkEmpty refuses to create edgehook's schema in a database that has tables of its own: a
-// mistyped --db naming another application's file must not have edgehook's tables added to it.
-func checkEmpty(ctx context.Context, tx *sql.Tx) error {
-	var name string
-	err := tx.QueryRowContext(ctx, `SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name LIMIT 1`).Scan(&name)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	return fmt.Errorf("%w: it has no schema version but holds other things (%q, ...)", ErrForeignDatabase, name)
+// queryRower is a *sql.DB or a *sql.Tx.
+type queryRower interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
 // Ping checks that the database answers and can take a write lock (for /readyz): it runs an empty

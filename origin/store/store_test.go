@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -213,6 +214,64 @@ func TestMigrateIsIdempotentAcrossOpens(t *testing.T) {
 	}
 	if err := s2.Ping(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestARefusedDatabaseIsLeftUnchanged: a file Open refuses (another application's database,
+// with or without a schema version, or edgehook's from a newer binary) is left exactly as it
+// was: the writer's DSN had switched it to WAL before the check ran.
+func TestARefusedDatabaseIsLeftUnchanged(t *testing.T) {
+	t.Parallel()
+	names, err := migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, setup, want string
+	}{
+		{"foreign", `CREATE TABLE invoices(id INTEGER PRIMARY KEY, total INTEGER); INSERT INTO invoices(total) VALUES (42)`, ErrForeignDatabase.Error()},
+		{"foreign-versioned", `CREATE TABLE invoices(id INTEGER PRIMARY KEY); PRAGMA user_version = 3`, ErrForeignDatabase.Error()},
+		{"newer", fmt.Sprintf(`CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT); PRAGMA user_version = %d`, len(names)+1), "newer than this binary's"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "other.db")
+			db, err := sql.Open("sqlite", "file:"+path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = db.Exec(tc.setup)
+			db.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			before, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			s, err := Open(context.Background(), Options{Path: path})
+			if err == nil {
+				s.Close()
+				t.Fatal("Open succeeded, want a refusal")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Open: %v, want an error saying %q", err, tc.want)
+			}
+			after, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(after, before) {
+				// Byte 18 of the header is 2 in WAL mode.
+				t.Errorf("the refused file changed: %d bytes, was %d; WAL mode: %t", len(after), len(before), len(after) > 18 && after[18] == 2)
+			}
+			for _, suffix := range []string{"-wal", "-shm", "-journal"} {
+				if _, err := os.Stat(path + suffix); !errors.Is(err, fs.ErrNotExist) {
+					t.Errorf("%s left beside the refused file (%v)", suffix, err)
+				}
+			}
+		})
 	}
 }
 

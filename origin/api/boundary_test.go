@@ -87,3 +87,22 @@ func TestATimeBoundBeforeTheEpochIsRefused(t *testing.T) {
 	e.do("GET", "/v1/deliveries?to=0001-01-01T00:00:00Z", nil).
 		wantError(t, http.StatusUnprocessableEntity, api.CodeInvalid, "to")
 }
+
+// TestAnEmptyTimeRangeNamesBothBounds: from not before to is a 422 on from whose message names
+// both bounds with their values, in a replay (which said only "must be before to") as in a
+// listing.
+func TestAnEmptyTimeRangeNamesBothBounds(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addSubscriber(api.SubscriberRequest{ID: "s", URL: "https://s.example/hook", Events: []string{"*"}})
+	const from, to = "2030-01-01T00:00:00Z", "2030-01-01T00:00:00Z"
+	want := "from (" + from + ") must be before to (" + to + ")"
+	for _, r := range []response{
+		e.do("POST", "/v1/subscribers/s/replay", `{"from":"`+from+`","to":"`+to+`"}`),
+		e.do("GET", "/v1/deliveries?from="+from+"&to="+to, nil),
+	} {
+		if got := r.wantError(t, http.StatusUnprocessableEntity, api.CodeInvalid, "from"); got.Message != want {
+			t.Errorf("message %q, want %q", got.Message, want)
+		}
+	}
+}

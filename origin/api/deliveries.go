@@ -24,13 +24,19 @@ func ParseStatus(s string) (store.Status, error) {
 	return "", fmt.Errorf("%q is not one of pending, leased, delivered, dead, superseded, held", s)
 }
 
-// parseTime reads an optional RFC 3339 time (ParseTimeBound); field names it in the error.
-func parseTime(field, s string) (time.Time, error) {
-	t, err := ParseTimeBound(s)
-	if err != nil {
-		return time.Time{}, invalid(field, err)
+// parseTimeRange reads the optional bounds of a range [from, to) (ParseTimeBound, CheckTimeRange);
+// an error is a 422 naming the bound at fault, from for a range no time is in.
+func parseTimeRange(from, to string) (f, t time.Time, err error) {
+	if f, err = ParseTimeBound(from); err != nil {
+		return f, t, invalid("from", err)
 	}
-	return t, nil
+	if t, err = ParseTimeBound(to); err != nil {
+		return f, t, invalid("to", err)
+	}
+	if err = CheckTimeRange("from", "to", f, t); err != nil {
+		return f, t, invalid("from", err)
+	}
+	return f, t, nil
 }
 
 // ParseTimeBound reads an optional bound of a time range, in RFC 3339; empty is the zero time, no
@@ -51,10 +57,11 @@ func ParseTimeBound(s string) (time.Time, error) {
 }
 
 // CheckTimeRange refuses a range [from, to) that no time is in, which would match nothing
-// without saying why (the store's replay refuses it too); a zero bound is open.
-func CheckTimeRange(from, to time.Time) error {
+// without saying why (the store's replay refuses it too); a zero bound is open. The error names
+// both bounds, as fromName and toName (the API's from, the CLI's --from), with their values.
+func CheckTimeRange(fromName, toName string, from, to time.Time) error {
 	if !from.IsZero() && !to.IsZero() && !to.After(from) {
-		return fmt.Errorf("%s must be before to %s", from.Format(time.RFC3339Nano), to.Format(time.RFC3339Nano))
+		return fmt.Errorf("%s (%s) must be before %s (%s)", fromName, from.Format(time.RFC3339Nano), toName, to.Format(time.RFC3339Nano))
 	}
 	return nil
 }
@@ -80,14 +87,8 @@ func (s *Server) listDeliveries(c echo.Context) error {
 	if f.Status, err = ParseStatus(q.Get("status")); err != nil {
 		return invalid("status", err)
 	}
-	if f.From, err = parseTime("from", q.Get("from")); err != nil {
+	if f.From, f.To, err = parseTimeRange(q.Get("from"), q.Get("to")); err != nil {
 		return err
-	}
-	if f.To, err = parseTime("to", q.Get("to")); err != nil {
-		return err
-	}
-	if err := CheckTimeRange(f.From, f.To); err != nil {
-		return invalid("from", err)
 	}
 	if l := q.Get("limit"); l != "" {
 		if f.Limit, err = strconv.Atoi(l); err != nil || f.Limit < 1 || f.Limit > store.MaxPageSize {

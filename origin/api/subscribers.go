@@ -110,11 +110,7 @@ func (s *Server) replayDead(c echo.Context) error {
 	if err := decodeOptionalJSON(c, &req); err != nil {
 		return err
 	}
-	from, err := parseTime("from", req.From)
-	if err != nil {
-		return err
-	}
-	to, err := parseTime("to", req.To)
+	from, to, err := parseTimeRange(req.From, req.To)
 	if err != nil {
 		return err
 	}

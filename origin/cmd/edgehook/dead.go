@@ -30,11 +30,7 @@ func init() {
 			if subscriber == "" {
 				return usagef("--subscriber: required")
 			}
-			f, err := parseFlagTime("from", from)
-			if err != nil {
-				return err
-			}
-			t, err := parseFlagTime("to", to)
+			f, t, err := parseFlagRange(from, to)
 			if err != nil {
 				return err
 			}

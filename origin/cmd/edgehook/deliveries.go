@@ -38,16 +38,9 @@ func (f *listFlags) filter() (store.DeliveryFilter, error) {
 	if err != nil {
 		return store.DeliveryFilter{}, usagef("--status: %v", err)
 	}
-	from, err := parseFlagTime("from", f.from)
+	from, to, err := parseFlagRange(f.from, f.to)
 	if err != nil {
 		return store.DeliveryFilter{}, err
-	}
-	to, err := parseFlagTime("to", f.to)
-	if err != nil {
-		return store.DeliveryFilter{}, err
-	}
-	if err := api.CheckTimeRange(from, to); err != nil {
-		return store.DeliveryFilter{}, usagef("--from: %v", err)
 	}
 	if f.limit < 1 || f.limit > store.MaxPageSize {
 		return store.DeliveryFilter{}, usagef("--limit: %d is not from 1 to %d", f.limit, store.MaxPageSize)
@@ -55,13 +48,20 @@ func (f *listFlags) filter() (store.DeliveryFilter, error) {
 	return store.DeliveryFilter{Status: st, SubscriberID: f.subscriber, EventID: f.event, From: from, To: to, Cursor: f.cursor, Limit: f.limit}, nil
 }
 
-// parseFlagTime reads an optional RFC 3339 time given to --name (api.ParseTimeBound).
-func parseFlagTime(name, s string) (time.Time, error) {
-	t, err := api.ParseTimeBound(s)
-	if err != nil {
-		return time.Time{}, usagef("--%s: %v", name, err)
+// parseFlagRange reads --from and --to, the optional bounds of a range [from, to)
+// (api.ParseTimeBound, api.CheckTimeRange); an error is a usage error naming the flag at fault,
+// both for a range no time is in.
+func parseFlagRange(from, to string) (f, t time.Time, err error) {
+	if f, err = api.ParseTimeBound(from); err != nil {
+		return f, t, usagef("--from: %v", err)
 	}
-	return t, nil
+	if t, err = api.ParseTimeBound(to); err != nil {
+		return f, t, usagef("--to: %v", err)
+	}
+	if err = api.CheckTimeRange("--from", "--to", f, t); err != nil {
+		return f, t, usageError{err}
+	}
+	return f, t, nil
 }
 
 // listDeliveries prints one page as a table (the next cursor on the last line) or as JSON.

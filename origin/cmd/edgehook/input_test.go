@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -73,6 +75,26 @@ func TestForeignSQLiteDatabaseIsLeftAlone(t *testing.T) {
 	if r.code == 0 || tables != 1 {
 		t.Fatalf("edgehook --db other.db migrate on another application's database: exit %d, stdout %q, stderr %q, tables now %d; want a refusal and the file untouched (1 table)",
 			r.code, r.stdout, r.stderr, tables)
+	}
+}
+
+// TestAnEmptyTimeRangeNamesBothFlags: `dead replay --from X --to Y` with X not before Y was
+// refused as "--from: must be before to", naming neither --to nor the values, after creating the
+// database. Every command taking the range must name both flags with their values, before it
+// touches the database.
+func TestAnEmptyTimeRangeNamesBothFlags(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	const from, to = "2030-01-02T00:00:00Z", "2030-01-01T00:00:00Z"
+	want := "--from (" + from + ") must be before --to (" + to + ")"
+	for _, args := range [][]string{{"dead", "replay", "--subscriber", "s"}, {"dead", "list"}, {"deliveries", "list"}} {
+		args = append(args, "--from", from, "--to", to)
+		if r := c.run(args...); r.code != 2 || !strings.Contains(r.stderr, want) {
+			t.Errorf("edgehook %s: exit %d, stderr %q; want exit 2 saying %q", strings.Join(args, " "), r.code, r.stderr, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(c.dir, "edgehook.db")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the refused ranges created the database (%v)", err)
 	}
 }
 

@@ -159,6 +159,12 @@ func TestVersionAndHelp(t *testing.T) {
 		if !strings.Contains(out, "Usage:") {
 			t.Errorf("edgehook %s --help printed no usage:\n%s", strings.Join(args, " "), out)
 		}
+		if help := broken.ok(append([]string{"help"}, args...)...); help != out {
+			t.Errorf("edgehook help %s printed\n%s\nnot what --help printed", strings.Join(args, " "), help)
+		}
+	}
+	if out := c.ok("__complete", "help", "dead", "r"); !strings.HasPrefix(out, "replay\t") {
+		t.Errorf("the completion of edgehook help dead r: %q, want replay", out)
 	}
 	if _, err := os.Stat(filepath.Join(c.dir, "edgehook.db")); err == nil {
 		t.Error("--help created the database")
@@ -188,6 +194,8 @@ func TestBadInput(t *testing.T) {
 	}{
 		{nil, []string{"serve", "--bogus"}, 2, "--bogus"},
 		{nil, []string{"nosuchcommand"}, 2, "nosuchcommand"},
+		{nil, []string{"help", "nosuchcommand"}, 2, `unknown help topic "nosuchcommand"`},
+		{nil, []string{"help", "dead", "nosuchcommand"}, 2, `unknown help topic "dead nosuchcommand"`},
 		{nil, []string{"version", "extra"}, 2, "no arguments"},
 		{nil, []string{"drain", "--for", "soon"}, 2, "--for"},
 		{nil, []string{"drain", "--for", "0s"}, 2, "--for"},

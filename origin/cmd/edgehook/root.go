@@ -69,6 +69,7 @@ func init() {
 	pf.StringVar(&global.logLevel, "log-level", DefaultLogLevel, "log level: debug, info, warn or error")
 	config.Mark(pf, "db", "synchronous", "busy-timeout", "body-limit", "backlog-cap", "queue-cap", "log-format", "log-level")
 	rootCmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	rootCmd.SetHelpCommand(helpCmd)
 }
 
 // loadSettings fills the flags the command line left unset from the environment and the config
@@ -210,6 +211,47 @@ func runGroup(cmd *cobra.Command, args []string) error {
 		return usagef("unknown command %q for %q", args[0], cmd.CommandPath())
 	}
 	return cmd.Help()
+}
+
+// helpCmd replaces cobra's help command, which answered a topic that is no command (`edgehook
+// help nosuch`, `help dead nosuch`) with the root's usage or the group's help, and exit 0: it is
+// a usage error, as `edgehook nosuch` is.
+var helpCmd = &cobra.Command{
+	Use:   "help [command]",
+	Short: "Help about any command",
+	Long:  "Help prints the help of any command: edgehook help [path to command].",
+	// Like --help, answers whatever the settings hold: it reads none.
+	PersistentPreRunE: func(*cobra.Command, []string) error { return nil },
+	RunE: func(cmd *cobra.Command, args []string) error {
+		topic, err := helpTopic(cmd, args)
+		if err != nil {
+			return err
+		}
+		topic.InitDefaultHelpFlag() // listed, as in its --help
+		return topic.Help()
+	},
+	// Completes the names of the commands, as cobra's did.
+	ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		var names []cobra.Completion
+		if topic, err := helpTopic(cmd, args); err == nil {
+			for _, c := range topic.Commands() {
+				if c.IsAvailableCommand() && strings.HasPrefix(c.Name(), toComplete) {
+					names = append(names, cobra.CompletionWithDesc(c.Name(), c.Short))
+				}
+			}
+		}
+		return names, cobra.ShellCompDirectiveNoFileComp
+	},
+}
+
+// helpTopic returns the command that args, the words after help, name (the root for none), or a
+// usage error if they name none.
+func helpTopic(help *cobra.Command, args []string) (*cobra.Command, error) {
+	topic, rest, err := help.Root().Find(args)
+	if err != nil || len(rest) > 0 {
+		return nil, usagef("unknown help topic %q: no such command", strings.Join(args, " "))
+	}
+	return topic, nil
 }
 
 // noArgs rejects positional arguments with a usage error.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -72,8 +73,14 @@ func exportKV(ctx context.Context, st *store.Store, all bool) ([]byte, error) {
 }
 
 // writeFileAtomic writes through a temporary file and a rename, so a reader (or a failed run)
-// never sees half a file.
+// never sees half a file. A symbolic link at path is written through: renamed over, the link
+// became a plain file, and the file it named kept the old records.
 func writeFileAtomic(path string, data []byte) error {
+	path, err := linkTarget(path)
+	if err != nil {
+		return err
+	}
+	// In the target's directory: a rename does not cross file systems.
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".edgehook-*.tmp")
 	if err != nil {
 		return err
@@ -89,4 +96,27 @@ func writeFileAtomic(path string, data []byte) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// linkTarget returns the file path names once symbolic links are followed, also when the last
+// link names a file not there yet (created through it, as a shell's > does).
+func linkTarget(path string) (string, error) {
+	target, err := filepath.EvalSymlinks(path)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return target, err // found, or a loop of links
+	}
+	link, err := os.Readlink(path)
+	if err != nil {
+		return path, nil // nothing there: created as named
+	}
+	if !filepath.IsAbs(link) {
+		// Relative to the link's directory as the system resolves it: joined lexically, a ".."
+		// would undo a linked directory of path.
+		dir, err := filepath.EvalSymlinks(filepath.Dir(path))
+		if err != nil {
+			return "", err
+		}
+		link = filepath.Join(dir, link)
+	}
+	return linkTarget(link)
 }

@@ -287,3 +287,38 @@ func TestDrainSummaryCountsWhatItPruned(t *testing.T) {
 		t.Fatalf("the drain deleted 1 delivery past --retention, but its summary says pruned %d:\n%s", summary.Pruned, d.stderr)
 	}
 }
+
+// TestExportKVWritesThroughASymlink: --out naming a symbolic link (kv.json kept in a shared
+// directory, linked from where the deploy script runs) replaced the link with a plain file and
+// left the file it names with the old records. The link must stay and its target get the
+// records, also when the target is not there yet, with no temporary file left behind.
+func TestExportKVWritesThroughASymlink(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	c.ok("subscribers", "add", "--id", "e1", "--url", "https://x.example/hook", "--events", "*", "--mode", "edge")
+	shared := filepath.Join(c.dir, "shared")
+	if err := os.Mkdir(shared, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(shared, "kv.json"), []byte("[]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for link, target := range map[string]string{"kv.json": "shared/kv.json", "new.json": "shared/new.json"} {
+		if err := os.Symlink(target, filepath.Join(c.dir, link)); err != nil {
+			t.Fatal(err)
+		}
+		c.ok("edge", "export-kv", "--out", link)
+		if got, err := os.Readlink(filepath.Join(c.dir, link)); err != nil || got != target {
+			t.Errorf("export-kv --out %s: the link now reads %q (%v), want %s", link, got, err, target)
+		}
+		data, err := os.ReadFile(filepath.Join(c.dir, target))
+		if entries, derr := wire.DecodeBulk(data); err != nil || derr != nil || len(entries) != 1 {
+			t.Errorf("export-kv --out %s: %s holds %q (%v, %v), want e1's record", link, target, data, err, derr)
+		}
+	}
+	for _, dir := range []string{c.dir, shared} {
+		if tmp, _ := filepath.Glob(filepath.Join(dir, ".edgehook-*")); len(tmp) > 0 {
+			t.Errorf("temporary files left: %v", tmp)
+		}
+	}
+}

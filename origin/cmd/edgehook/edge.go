@@ -86,6 +86,14 @@ func writeFileAtomic(path string, data []byte) error {
 		return err
 	}
 	defer os.Remove(tmp.Name())
+	// A file replaced keeps its permissions (the operator's choice, e.g. readable by wrangler's
+	// user); a new one is the temporary file's 0600, as a record's headers may carry credentials.
+	if fi, err := os.Stat(path); err == nil {
+		if err := tmp.Chmod(fi.Mode().Perm()); err != nil {
+			tmp.Close()
+			return err
+		}
+	}
 	// Synced before the rename: after a power loss the name could otherwise point at a file whose
 	// data never reached the disk (an empty KV file).
 	if _, err := tmp.Write(data); err != nil {

@@ -316,6 +316,12 @@ func TestExportKVWritesThroughASymlink(t *testing.T) {
 			t.Errorf("export-kv --out %s: %s holds %q (%v, %v), want e1's record", link, target, data, err, derr)
 		}
 	}
+	// The file replaced keeps its mode; the one created is private.
+	for target, want := range map[string]os.FileMode{"shared/kv.json": 0o644, "shared/new.json": 0o600} {
+		if fi, err := os.Stat(filepath.Join(c.dir, target)); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %v (%v), want %v", target, fi.Mode().Perm(), err, want)
+		}
+	}
 	for _, dir := range []string{c.dir, shared} {
 		if tmp, _ := filepath.Glob(filepath.Join(dir, ".edgehook-*")); len(tmp) > 0 {
 			t.Errorf("temporary files left: %v", tmp)

@@ -1,11 +1,17 @@
 package engine
 
 import (
+	"context"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/edgehook/edgehook/origin/store"
 )
@@ -36,8 +42,9 @@ func TestNoAttemptAfterTheMaxAge(t *testing.T) {
 			t.Errorf("attempt %d was sent at age %s, past the max age of 1h", i+1, age)
 		}
 	}
-	if d := e.only(); d.Status != store.StatusDead || d.Reason != store.ReasonMaxAge {
-		t.Errorf("two hours after its emit (max age 1h), after a failed attempt: delivery %s (reason %q, %d attempts), want dead by max_age",
+	// The answer with Retry-After was an attempt: it counts, unlike a death unsent.
+	if d := e.only(); d.Status != store.StatusDead || d.Reason != store.ReasonMaxAge || d.Attempts != 1 {
+		t.Errorf("two hours after its emit (max age 1h), after a failed attempt: delivery %s (reason %q, %d attempts), want dead by max_age after 1 attempt",
 			d.Status, d.Reason, d.Attempts)
 	}
 }
@@ -81,6 +88,72 @@ func TestNoAttemptAfterTheMaxAgeBehindAnOpenCircuit(t *testing.T) {
 		if age >= time.Hour {
 			t.Errorf("attempt %d was sent at age %s, past the max age of 1h", i+1, age)
 		}
+	}
+}
+
+// TestADeliveryDeadUnsentCountsNoAttempt: a delivery claimed past its max age (here behind a
+// circuit's 2 h cool-down, max age 1 h) dies unsent, so nothing of it is an attempt: its count
+// stays at the one attempt made, no attempt is logged or counted in the metrics, and its last
+// status is still that attempt's. Each was also the circuit's probe, which told nothing of the
+// subscriber: the next claim probes again at once, not a lease later, so both die in one drain.
+func TestADeliveryDeadUnsentCountsNoAttempt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{MaxAge: time.Hour, MaxAttempts: 100, BackoffBase: time.Second, BackoffCap: time.Second,
+		CircuitThreshold: 1, CircuitCooldown: 2 * time.Hour, CircuitMaxCooldown: 2 * time.Hour})
+	k := newSink(t, status(500))
+	e.sub(store.SubscriberInput{ID: "s", URL: k.URL})
+	e.emit("e1", "t", `{}`)
+	e.emit("e2", "t", `{}`)
+	e.drain()
+	e.clk.Advance(150 * time.Minute)
+	if res := e.drain(); res.Dead != 2 {
+		t.Errorf("the drain past the cool-down counted %d dead, want 2", res.Dead)
+	}
+	if n := len(k.received()); n != 2 {
+		t.Errorf("the subscriber got %d requests, want the 2 first attempts", n)
+	}
+	ctx := context.Background()
+	for _, id := range []string{"e1", "e2"} {
+		page, err := e.st.ListDeliveries(ctx, store.DeliveryFilter{EventID: id})
+		if err != nil || len(page.Deliveries) != 1 {
+			t.Fatalf("deliveries of %s: %d (%v)", id, len(page.Deliveries), err)
+		}
+		d, err := e.st.GetDelivery(ctx, page.Deliveries[0].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Status != store.StatusDead || d.Reason != store.ReasonMaxAge || d.Attempts != 1 || len(d.AttemptLog) != 1 ||
+			d.LastStatus != 500 || !strings.Contains(d.LastError, "not sent") {
+			t.Errorf("%s: %s (%q), %d attempts, log %+v, last %d %q; want dead unsent by max_age: 1 attempt in its count and its log, last 500, an error saying it was not sent",
+				id, d.Status, d.Reason, d.Attempts, d.AttemptLog, d.LastStatus, d.LastError)
+		}
+	}
+	if page, err := e.st.ListDeliveries(ctx, store.DeliveryFilter{Status: store.StatusDead}); err != nil || len(page.Deliveries) != 2 {
+		t.Errorf("%d dead deliveries listed (%v), want 2", len(page.Deliveries), err)
+	}
+	m := e.eng.m
+	var latency dto.Metric
+	if err := m.latency.WithLabelValues(string(store.ModeDirect)).(prometheus.Metric).Write(&latency); err != nil {
+		t.Fatal(err)
+	}
+	for name, got := range map[string]float64{
+		"failed":  testutil.ToFloat64(m.failed.WithLabelValues("s", classHTTP5xx)),
+		"retried": testutil.ToFloat64(m.retried.WithLabelValues("s")),
+		"latency": float64(latency.GetHistogram().GetSampleCount()),
+	} {
+		if got != 2 {
+			t.Errorf("attempts in %s: %v, want the 2 sent", name, got)
+		}
+	}
+	if got := testutil.ToFloat64(m.dead.WithLabelValues("s", store.ReasonMaxAge)); got != 2 {
+		t.Errorf("dead by max_age: %v, want 2", got)
+	}
+	st, err := e.st.Stats(ctx, e.clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := st.Subscribers[0].Counts; c[store.StatusDead] != 2 || c[store.StatusPending] != 0 {
+		t.Errorf("counts %v, want 2 dead", c)
 	}
 }
 

@@ -569,7 +569,7 @@ func (r *run) settled(batch []store.Settlement, written store.Settled) {
 				m.retried.WithLabelValues(it.SubscriberID).Inc()
 			case store.ResultReschedule:
 				d.Retried++
-			case store.ResultDead:
+			case store.ResultDead, store.ResultDeadUnsent:
 				d.Dead++
 				m.dead.WithLabelValues(it.SubscriberID, it.Reason).Inc()
 			case store.ResultRelease:
@@ -602,7 +602,7 @@ func (r *run) logDead(batch []store.Settlement, lost map[int64]bool) {
 	count := map[group]int{}
 	for i := range batch {
 		it := &batch[i]
-		if it.Result != store.ResultDead || lost[it.Seq] {
+		if it.Result != store.ResultDead && it.Result != store.ResultDeadUnsent || lost[it.Seq] {
 			continue
 		}
 		g := group{it.SubscriberID, it.Reason}

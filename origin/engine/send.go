@@ -128,10 +128,10 @@ func (e *Engine) deliver(ctx context.Context, c store.Claimed) store.Settlement 
 	}
 	now := e.cfg.Now()
 	// No attempt after the max age: a failing delivery claimed late (a circuit's cool-down, a
-	// pause) dies unsent.
+	// pause) dies unsent, and so counts no attempt.
 	if c.Attempts > 0 && !now.Before(e.deadline(c)) {
 		return store.Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: c.Subscriber.ID,
-			Result: store.ResultDead, Reason: store.ReasonMaxAge, Error: "max age reached before the next attempt"}
+			Result: store.ResultDeadUnsent, Reason: store.ReasonMaxAge, Error: "max age reached before the next attempt: not sent"}
 	}
 	// A send is cut at 3/4 of its lease as claimed, the pacer's wait included: the last quarter
 	// is for its outcome to be written before another claim may take the delivery over. A lease

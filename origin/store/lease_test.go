@@ -80,6 +80,52 @@ func TestALeasedRangeBecomesRowsAsItSettles(t *testing.T) {
 	}
 }
 
+// TestADeadUnsentDeliveryCountsNoAttempt: a delivery settled dead unsent, as a range's (its row
+// written dead) or as a row, keeps its count of attempts and its attempt log, has its reason and
+// error, and the last status of its last attempt; a replay puts it back like any dead one.
+func TestADeadUnsentDeliveryCountsNoAttempt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	emitN(t, s, "x", 2)
+	cs := claim(t, s, clk.Now(), 10).Deliveries
+	unsent := func(c Claimed) Settlement {
+		set := done(c, ResultDeadUnsent)
+		set.Reason, set.Error = ReasonMaxAge, "not sent"
+		return set
+	}
+	retry := done(cs[1], ResultRetry)
+	retry.NextAttemptAt, retry.Status, retry.Error = clk.Now().Add(time.Minute), 500, "boom"
+	retry.Attempt = &Attempt{At: clk.Now(), Status: 500, Outcome: "http_5xx", Error: "boom"}
+	settle(t, s, clk.Now(), unsent(cs[0]), retry)
+	clk.Advance(time.Minute)
+	again := claim(t, s, clk.Now(), 10).Deliveries
+	if len(again) != 1 || again[0].Seq != cs[1].Seq {
+		t.Fatalf("claimed %+v, want the retry", again)
+	}
+	settle(t, s, clk.Now(), unsent(again[0]))
+	for i, want := range []struct {
+		attempts, status int
+	}{{0, 0}, {1, 500}} {
+		d, err := s.GetDelivery(ctx, cs[i].DeliveryID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Status != StatusDead || d.Reason != ReasonMaxAge || d.Attempts != want.attempts || len(d.AttemptLog) != want.attempts ||
+			d.LastStatus != want.status || d.LastError != "not sent" {
+			t.Errorf("delivery %d dead unsent: %+v; want dead (max_age) with %d attempts counted and logged, last status %d, error \"not sent\"",
+				i, d, want.attempts, want.status)
+		}
+	}
+	if n, err := s.ReplayDead(ctx, "a", time.Time{}, time.Time{}, clk.Now()); err != nil || n != 2 {
+		t.Fatalf("replayed %d (%v), want the 2", n, err)
+	}
+	if c := counts(t, s, "a"); c[StatusPending] != 2 {
+		t.Fatalf("counts %v after the replay, want 2 pending", c)
+	}
+}
+
 // TestAnExpiredRangeComesBackPending: the deliveries of an expired lease that have not settled
 // get their rows pending, and are claimed again; the one that settled is not sent again, and the
 // late settlements of the first claim are stale.

@@ -25,7 +25,15 @@ const (
 	ResultDead
 	// ResultRelease: returned unsent (graceful stop); due at once, no attempt counted.
 	ResultRelease
+	// ResultDeadUnsent: given up before it was sent (its max age came first), with Reason and
+	// Error; no attempt counted, and last_status stays the last attempt's.
+	ResultDeadUnsent
 )
+
+// countsAttempt tells whether a settlement of r counts an attempt against the delivery.
+func (r Result) countsAttempt() bool {
+	return r == ResultDelivered || r == ResultRetry || r == ResultDead
+}
 
 // CircuitEffect is what a settlement tells the subscriber's circuit breaker.
 type CircuitEffect int
@@ -53,7 +61,7 @@ type Settlement struct {
 	SubscriberID  string
 	Result        Result
 	NextAttemptAt time.Time // for ResultRetry and ResultReschedule
-	Reason        string    // for ResultDead
+	Reason        string    // for ResultDead and ResultDeadUnsent
 	Status        int       // HTTP status of the attempt, 0 if none
 	Error         string    // last error, '' on success
 	Attempt       *Attempt  // logged when non-nil (Number is filled in here)
@@ -213,7 +221,7 @@ type settleRow struct {
 	Inc      int64  // 1 when the attempt counts
 	Next     int64  // new next_attempt_at, 0 to keep
 	Reason   string
-	KeepLast int64 // 1: leave last_status and last_error (release)
+	KeepLast int64 // 1: leave last_status and last_error (release); 2: leave last_status (dead unsent)
 	Code     int64
 	Error    string
 	Sub      string // the subscriber, for a delivery leased as part of a range (settleLeasedSQL only)
@@ -235,17 +243,20 @@ func newSettleRow(it *Settlement) (settleRow, error) {
 	r := settleRow{Seq: it.Seq, Token: it.LeaseToken, Code: int64(it.Status), Error: it.Error, Sub: it.SubscriberID}
 	switch it.Result {
 	case ResultDelivered:
-		r.Status, r.Inc, r.Error = "delivered", 1, ""
-	case ResultRetry:
-		r.Status, r.Inc, r.Next = "unsent", 1, ms(it.NextAttemptAt)
-	case ResultReschedule:
+		r.Status, r.Error = "delivered", ""
+	case ResultRetry, ResultReschedule:
 		r.Status, r.Next = "unsent", ms(it.NextAttemptAt)
 	case ResultDead:
-		r.Status, r.Inc, r.Reason = "dead", 1, it.Reason
+		r.Status, r.Reason = "dead", it.Reason
+	case ResultDeadUnsent:
+		r.Status, r.Reason, r.KeepLast = "dead", it.Reason, 2
 	case ResultRelease:
 		r.Status, r.KeepLast = "unsent", 1
 	default:
 		return r, fmt.Errorf("settle delivery %d: unknown result %d", it.Seq, it.Result)
+	}
+	if it.Result.countsAttempt() {
+		r.Inc = 1
 	}
 	if a := it.Attempt; a != nil && r.Inc == 1 && int64(a.Status) == r.Code && a.Error == r.Error {
 		r.First = firstAttempt{At: ms(a.At), Latency: a.LatencyMS, Outcome: a.Outcome, Excerpt: a.Excerpt}
@@ -458,7 +469,7 @@ func insertLeasedSQL(values string) string {
 			CASE j.status WHEN 'dead' THEN j.reason WHEN 'delivered' THEN '' ELSE ` + heldReasonOf("ls.subscriber_id") + ` END, j.inc,
 			CASE WHEN j.status = 'delivered' THEN 0 WHEN j.next > 0 THEN j.next ELSE e.created_at END,
 			CASE WHEN j.status = 'delivered' THEN 0 ELSE e.created_at END,
-			CASE WHEN j.keep_last = 1 THEN 0 ELSE j.code END, CASE WHEN j.keep_last = 1 THEN '' ELSE j.error END,
+			CASE WHEN j.keep_last > 0 THEN 0 ELSE j.code END, CASE WHEN j.keep_last = 1 THEN '' ELSE j.error END,
 			CASE WHEN j.status = 'delivered' THEN 0 ELSE e.created_at END, t.now, 0,
 			j.first_at, CASE WHEN j.first_at > 0 THEN j.code ELSE 0 END, j.first_latency,
 			CASE WHEN j.status = 'delivered' AND j.first_outcome = 'delivered' THEN '' ELSE j.first_outcome END,
@@ -523,7 +534,7 @@ var settleSQL = chunkSQL(9, func(values string) string {
 			attempts = deliveries.attempts + j.inc,
 			next_attempt_at = CASE WHEN j.next > 0 THEN j.next ELSE deliveries.next_attempt_at END,
 			reason = CASE j.status WHEN 'dead' THEN ` + diedReason + ` WHEN 'delivered' THEN '' ELSE ` + returnedReason + ` END,
-			last_status = CASE WHEN j.keep_last = 1 THEN deliveries.last_status ELSE j.code END,
+			last_status = CASE WHEN j.keep_last > 0 THEN deliveries.last_status ELSE j.code END,
 			last_error = CASE WHEN j.keep_last = 1 THEN deliveries.last_error ELSE j.error END,
 			delivered_at = CASE WHEN j.status = 'delivered' THEN t.now ELSE deliveries.delivered_at END,
 			lease_token = '', lease_expires_at = 0, updated_at = t.now
@@ -541,7 +552,7 @@ func (s *Store) logAttempts(ctx context.Context, tx *sql.Tx, items []Settlement,
 		attempts, ok := done[it.Seq]
 		if a := it.Attempt; a != nil && ok && !inlined[it.Seq] {
 			number := attempts
-			if it.Result == ResultReschedule || it.Result == ResultRelease {
+			if !it.Result.countsAttempt() {
 				number = 0
 			}
 			list = append(list, it.Seq, number, ms(a.At), a.Status, a.LatencyMS, a.Outcome, a.Error, a.Excerpt)
@@ -585,7 +596,8 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 			}
 		}
 		for _, it := range bySub[id] {
-			news = news || !it.PauseUntil.IsZero() || it.Circuit != CircuitNone || it.Result == ResultRelease || it.Result == ResultReschedule
+			// One that counts no attempt may be a probe that was not answered: apply frees it.
+			news = news || !it.PauseUntil.IsZero() || it.Circuit != CircuitNone || !it.Result.countsAttempt()
 		}
 		if news {
 			ids = append(ids, id)
@@ -662,9 +674,9 @@ func (st limiterState) apply(items []*Settlement, now time.Time, policy CircuitP
 		st.Paused = max(st.Paused, ms(it.PauseUntil))
 		// While the circuit probes, its probe is the subscriber's one delivery in flight (the
 		// claim takes it only with none). Settled with no news of the subscriber's health
-		// (released unsent, throttled with Retry-After, rescheduled by the edge), the next claim
-		// may probe again, once a pause allows, not only once the first probe's lease would have
-		// ended (circuit_until).
+		// (released or dead unsent, throttled with Retry-After, rescheduled by the edge), the
+		// next claim may probe again, once a pause allows, not only once the first probe's lease
+		// would have ended (circuit_until).
 		if it.Circuit == CircuitNone && st.Circuit == "probing" {
 			st.Until = min(st.Until, ms(now))
 		}

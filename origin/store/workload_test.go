@@ -74,9 +74,9 @@ func TestARandomWorkloadKeepsTheQueueConsistent(t *testing.T) {
 							continue
 						}
 						seen[c.Seq] = true
-						it := done(c, Result(1+rng.IntN(5)))
+						it := done(c, Result(1+rng.IntN(6)))
 						it.NextAttemptAt = clk.Now().Add(time.Duration(rng.IntN(3)) * time.Second)
-						if it.Result == ResultDead {
+						if it.Result == ResultDead || it.Result == ResultDeadUnsent {
 							it.Reason = ReasonMaxAttempts
 						}
 						switch rng.IntN(6) {

@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/edgehook/edgehook/origin/store"
+	"github.com/edgehook/edgehook/shared/wire"
 )
 
 // TestNoAttemptAfterTheMaxAge: --max-age is the "age after which a failing delivery is dead"
@@ -65,6 +66,68 @@ func TestARetryPastTheMaxAgeComesAtIt(t *testing.T) {
 		if set := e.eng.holdForOperator(c, store.Settlement{}, now); set.NextAttemptAt.After(deadline) {
 			t.Fatalf("an edge fault 10 min before the max age is held until %s, past the max age %s", set.NextAttemptAt, deadline)
 		}
+	}
+}
+
+// TestAnEdgeCoalescedDeliveryIsNotHeldPastTheMaxAge: the edge (the real relay core here) holds a
+// delivery whose coalesce key it forwarded less than the record's window ago, and answers
+// coalesced with the rest of the window as its Retry-After: an hour here, past the max age of
+// 30 min. Rescheduled an hour later, the delivery stayed pending past its max age, to be sent
+// then; like a retry the subscriber asked to wait past its max age, it is dead now, unsent: no
+// attempt counted, the edge's answer logged as an uncounted one.
+func TestAnEdgeCoalescedDeliveryIsNotHeldPastTheMaxAge(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{MaxAge: 30 * time.Minute})
+	k := newSink(t, status(200))
+	rule := &wire.CoalesceRule{EventTypes: []string{"video.*"}, Key: "video_id", WindowSeconds: 3600}
+	sub := e.sub(store.SubscriberInput{ID: "s", URL: k.URL, Mode: store.ModeEdge, Coalesce: rule})
+	secret := edgeSecret(t)
+	url, _ := realEdge(t, secret, sub, 0)
+	e.useEdge(url, secret)
+	e.emit("e1", "video.rank_updated", `{"video_id":"v7"}`)
+	e.drain() // forwarded: the key's window starts
+	e.emit("e2", "video.rank_updated", `{"video_id":"v7"}`)
+	emitted := e.clk.Now()
+	if res := e.drain(); res.Dead != 1 {
+		t.Errorf("the drain of the coalesced delivery counted %d dead, want 1", res.Dead)
+	}
+	page, err := e.st.ListDeliveries(context.Background(), store.DeliveryFilter{EventID: "e2"})
+	if err != nil || len(page.Deliveries) != 1 {
+		t.Fatalf("deliveries of e2: %d (%v)", len(page.Deliveries), err)
+	}
+	d, err := e.st.GetDelivery(context.Background(), page.Deliveries[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Status != store.StatusDead || d.Reason != store.ReasonMaxAge || d.Attempts != 0 || !strings.Contains(d.LastError, "not sent") ||
+		len(d.AttemptLog) != 1 || d.AttemptLog[0].Number != 0 || d.AttemptLog[0].Outcome != string(wire.OutcomeCoalesced) {
+		t.Errorf("held by the edge for an hour, max age 30m: %s (%q), next attempt at age %s, %d attempts, last error %q, log %+v; "+
+			"want dead unsent by max_age, no attempt counted, the coalesced answer logged uncounted",
+			d.Status, d.Reason, d.NextAttemptAt.Sub(emitted), d.Attempts, d.LastError, d.AttemptLog)
+	}
+	if n := len(k.received()); n != 1 {
+		t.Errorf("the subscriber got %d requests, want e1's", n)
+	}
+}
+
+// TestACoalescedRescheduleComesByTheMaxAge: without a Retry-After from the edge, a coalesced
+// delivery waits a first backoff, brought forward to the max age as a retry's is; one the edge
+// answers at or past its max age (a first attempt, claimed then) is dead unsent.
+func TestACoalescedRescheduleComesByTheMaxAge(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{MaxAge: time.Hour, BackoffBase: time.Hour, BackoffCap: time.Hour})
+	now := e.clk.Now()
+	coalesced := response{status: http.StatusTooManyRequests, outcome: string(wire.OutcomeCoalesced)}
+	c := store.Claimed{AgeFrom: now.Add(-59 * time.Minute), Subscriber: &store.Subscriber{ID: "s", Mode: store.ModeEdge}}
+	deadline := c.AgeFrom.Add(time.Hour)
+	for range 20 { // the backoff is random, up to an hour here
+		if set := e.eng.decide(c, coalesced, now); set.Result != store.ResultReschedule || set.NextAttemptAt.After(deadline) {
+			t.Fatalf("coalesced a minute before the max age: result %d at %s, want a reschedule by the max age %s", set.Result, set.NextAttemptAt, deadline)
+		}
+	}
+	c.AgeFrom = now.Add(-time.Hour)
+	if set := e.eng.decide(c, coalesced, now); set.Result != store.ResultDeadUnsent || set.Reason != store.ReasonMaxAge {
+		t.Fatalf("coalesced at the max age: result %d (%q) due %s, want dead unsent by max_age", set.Result, set.Reason, set.NextAttemptAt)
 	}
 }
 

@@ -38,7 +38,7 @@ func newMetrics(st *store.Store, now func() time.Time, reg prometheus.Registerer
 		failed:         counter("delivery_failures_total", "Failed attempts by class (http_4xx, http_5xx, timeout, connection, throttled, gone, blocked_address, edge_rejected, edge_error, edge_unreachable, misconfigured).", "subscriber", "class"),
 		retried:        counter("deliveries_retried_total", "Failed attempts that were scheduled again (not a 410's, held with its subscriber).", "subscriber"),
 		dead:           counter("deliveries_dead_total", "Deliveries given up by the engine, by reason.", "subscriber", "reason"),
-		coalesced:      counter("edge_coalesced_total", "Sends the edge answered with coalesced (rescheduled, no attempt counted).", "subscriber"),
+		coalesced:      counter("edge_coalesced_total", "Sends the edge answered with coalesced (rescheduled, or dead unsent if held past the max age; no attempt counted).", "subscriber"),
 		edgeRejections: counter("edge_rejections_total", "Sends the edge rejected (operator problem: hop secret, KV record).", "reason"),
 		markFailures: counter("edge_mark_failures_total", "Acknowledged deliveries whose mark the edge could not write (its KV's writes failed, e.g. the daily quota): "+
 			"meanwhile retries are forwarded again (dedup) and keys are not coalesced.", "mark"),

@@ -340,13 +340,8 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 			set.Result = store.ResultDelivered
 			return set
 		case wire.OutcomeCoalesced:
-			wait := e.backoff(0)
-			if d, err := wire.ParseRetryAfter(r.retryAfter, now); err == nil {
-				wait = min(d, e.cfg.RetryAfterCap)
-			}
-			set.Result, set.NextAttemptAt = store.ResultReschedule, now.Add(wait)
 			e.m.coalesced.WithLabelValues(sub.ID).Inc()
-			return set
+			return e.coalesced(c, set, r.retryAfter, now)
 		case wire.OutcomeUpstreamTimeout:
 			return fail(classTimeout, "edge: subscriber timed out", true)
 		case wire.OutcomeUpstreamUnreachable:
@@ -392,20 +387,49 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 	return fail(class, fmt.Sprintf("subscriber answered %d", r.status), true)
 }
 
-// retry schedules another attempt at `at`, unless the delivery has used its attempts or its age.
-// No attempt comes after the max age: a later one is brought forward to it, the delivery's last;
-// if the subscriber asked (Retry-After) to wait past it, the delivery is dead now.
+// retry schedules another attempt at `at`, unless the delivery has used its attempts or its age
+// (beforeMaxAge: a Retry-After, which pauses the subscriber, is a wait it asked for).
 func (e *Engine) retry(c store.Claimed, set store.Settlement, at, now time.Time) store.Settlement {
-	deadline := e.deadline(c)
+	next, ok := e.beforeMaxAge(c, at, now, !set.PauseUntil.IsZero())
 	switch {
-	case !now.Before(deadline), at.After(deadline) && !set.PauseUntil.IsZero():
+	case !ok:
 		set.Result, set.Reason = store.ResultDead, store.ReasonMaxAge
 	case c.Attempts+1 >= e.cfg.MaxAttempts:
 		set.Result, set.Reason = store.ResultDead, store.ReasonMaxAttempts
 	default:
-		set.Result, set.NextAttemptAt = store.ResultRetry, minTime(at, deadline)
+		set.Result, set.NextAttemptAt = store.ResultRetry, next
 	}
 	return set
+}
+
+// coalesced reschedules a delivery the edge held back, its coalesce key forwarded less than the
+// record's window ago, without counting an attempt: at the edge's Retry-After (the rest of the
+// window, capped), else after a first backoff, and by the max age (beforeMaxAge). A delivery the
+// edge holds past its max age dies unsent now: sent at the max age, it would be held again.
+func (e *Engine) coalesced(c store.Claimed, set store.Settlement, retryAfter string, now time.Time) store.Settlement {
+	at, asked := now.Add(e.backoff(0)), false
+	if d, err := wire.ParseRetryAfter(retryAfter, now); err == nil {
+		at, asked = now.Add(min(d, e.cfg.RetryAfterCap)), true
+	}
+	next, ok := e.beforeMaxAge(c, at, now, asked)
+	if !ok {
+		set.Result, set.Reason, set.Error = store.ResultDeadUnsent, store.ReasonMaxAge, "the edge coalesced it until past its max age: not sent"
+		return set
+	}
+	set.Result, set.NextAttemptAt = store.ResultReschedule, next
+	return set
+}
+
+// beforeMaxAge is when c's next attempt, wanted at `at`, comes: no attempt comes after the max
+// age, so a later one is brought forward to it, the delivery's last. There is none (false: the
+// delivery is dead) once the max age has come, or if `at` ends a wait the other side asked for
+// (asked: its Retry-After) past it.
+func (e *Engine) beforeMaxAge(c store.Claimed, at, now time.Time, asked bool) (time.Time, bool) {
+	deadline := e.deadline(c)
+	if !now.Before(deadline) || asked && at.After(deadline) {
+		return time.Time{}, false
+	}
+	return minTime(at, deadline), true
 }
 
 // deadline is when c reaches --max-age: no attempt comes after it.

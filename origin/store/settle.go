@@ -25,8 +25,9 @@ const (
 	ResultDead
 	// ResultRelease: returned unsent (graceful stop); due at once, no attempt counted.
 	ResultRelease
-	// ResultDeadUnsent: given up before it was sent (its max age came first), with Reason and
-	// Error; no attempt counted, and last_status stays the last attempt's.
+	// ResultDeadUnsent: given up before it reached the subscriber (claimed past its max age, or
+	// held by the edge's coalescing past it), with Reason and Error; no attempt counted (an
+	// Attempt given is logged uncounted), and last_status stays the last attempt's.
 	ResultDeadUnsent
 )
 

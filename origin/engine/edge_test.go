@@ -294,6 +294,29 @@ func TestEdgeOutageLeavesTheSubscriberItsAttempts(t *testing.T) {
 	}
 }
 
+// TestAnEdgeOutageUntilTheMaxAgeCountsNoAttempt: an edge fault's attempt is not counted
+// (PROTOCOL.md §5: its log shows it with number 0), and only the max age makes such a delivery
+// dead. The one that found the edge down past the max age was counted: the delivery died with an
+// attempt its subscriber never had, logged as number 1.
+func TestAnEdgeOutageUntilTheMaxAgeCountsNoAttempt(t *testing.T) {
+	t.Parallel()
+	closed := newSink(t, status(200))
+	closed.Close() // the edge is down: nothing listens
+	e := newEnv(t, Config{MaxAge: time.Hour})
+	e.useEdge(closed.URL, edgeSecret(t))
+	e.sub(store.SubscriberInput{ID: "s", URL: "https://subscriber.example/", Mode: store.ModeEdge})
+	e.emit("e1", "t", `{}`)
+	e.drain()
+	e.clk.Advance(2 * time.Hour)
+	e.drain()
+	d := e.only()
+	if d.Status != store.StatusDead || d.Reason != store.ReasonMaxAge || d.Attempts != 0 || len(d.AttemptLog) != 2 ||
+		d.AttemptLog[1].Number != 0 || d.LastError != d.AttemptLog[1].Error {
+		t.Fatalf("edge down until past the max age: %s (%q), %d attempts, last error %q, log %+v; want dead by max_age, no attempt counted, its last edge fault the error",
+			d.Status, d.Reason, d.Attempts, d.LastError, d.AttemptLog)
+	}
+}
+
 // TestEdgeMarkFailuresAreCounted: a delivery the edge forwarded and the subscriber acknowledged,
 // but whose marks the edge could not write, is delivered, and the failure is counted by mark: on
 // Cloudflare's free plan that is how an operator learns the day's KV writes ran out.

@@ -411,9 +411,15 @@ func (e *Engine) coalesced(c store.Claimed, set store.Settlement, retryAfter str
 	if d, err := wire.ParseRetryAfter(retryAfter, now); err == nil {
 		at, asked = now.Add(min(d, e.cfg.RetryAfterCap)), true
 	}
+	return e.reschedule(c, set, at, now, asked, "the edge coalesced it until past its max age: not sent")
+}
+
+// reschedule puts c back without counting an attempt, its subscriber not tried, due at `at` by
+// the max age (beforeMaxAge). Past that it is dead unsent, with why as its last error.
+func (e *Engine) reschedule(c store.Claimed, set store.Settlement, at, now time.Time, asked bool, why string) store.Settlement {
 	next, ok := e.beforeMaxAge(c, at, now, asked)
 	if !ok {
-		set.Result, set.Reason, set.Error = store.ResultDeadUnsent, store.ReasonMaxAge, "the edge coalesced it until past its max age: not sent"
+		set.Result, set.Reason, set.Error = store.ResultDeadUnsent, store.ReasonMaxAge, why
 		return set
 	}
 	set.Result, set.NextAttemptAt = store.ResultReschedule, next
@@ -446,16 +452,10 @@ func minTime(a, b time.Time) time.Time {
 // without counting the attempt: its subscriber was not tried, and must still have all its attempts
 // once the edge is fixed. Without a count to back off by, the wait is full jitter over as long as
 // the delivery has waited so far (at least the backoff base, at most its cap), so a long outage is
-// tried ever more rarely. It is dead only by age.
+// tried ever more rarely. It is dead only by age, and then too without an attempt counted.
 func (e *Engine) holdForOperator(c store.Claimed, set store.Settlement, now time.Time) store.Settlement {
-	waited := now.Sub(c.AgeFrom)
-	if waited >= e.cfg.MaxAge {
-		set.Result, set.Reason = store.ResultDead, store.ReasonMaxAge
-		return set
-	}
-	at := now.Add(rand.N(min(e.cfg.BackoffCap, max(e.cfg.BackoffBase, waited)) + 1))
-	set.Result, set.NextAttemptAt = store.ResultReschedule, minTime(at, e.deadline(c))
-	return set
+	at := now.Add(rand.N(min(e.cfg.BackoffCap, max(e.cfg.BackoffBase, now.Sub(c.AgeFrom))) + 1))
+	return e.reschedule(c, set, at, now, false, set.Error)
 }
 
 // backoff is full jitter: random(0, min(cap, base·2^attempts)).

@@ -25,9 +25,10 @@ const (
 	ResultDead
 	// ResultRelease: returned unsent (graceful stop); due at once, no attempt counted.
 	ResultRelease
-	// ResultDeadUnsent: given up before it reached the subscriber (claimed past its max age, or
-	// held by the edge's coalescing past it), with Reason and Error; no attempt counted (an
-	// Attempt given is logged uncounted), and last_status stays the last attempt's.
+	// ResultDeadUnsent: given up before it reached the subscriber (claimed past its max age,
+	// held past it by the edge's coalescing or by an edge fault), with Reason and Error; no
+	// attempt counted (an Attempt given is logged uncounted), and last_status stays the last
+	// attempt's.
 	ResultDeadUnsent
 )
 

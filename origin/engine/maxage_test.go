@@ -50,21 +50,21 @@ func TestNoAttemptAfterTheMaxAge(t *testing.T) {
 	}
 }
 
-// TestARetryPastTheMaxAgeComesAtIt: a failed attempt whose backoff would land after the max age
-// is retried at the max age, the delivery's last chance; the operator's hold (an edge fault) is
-// bounded alike.
-func TestARetryPastTheMaxAgeComesAtIt(t *testing.T) {
+// TestARetryPastTheMaxAgeComesBeforeIt: a failed attempt whose backoff would land after the max
+// age is retried a minute before it (lastCallLead), the delivery's last chance; the operator's
+// hold (an edge fault) is bounded alike.
+func TestARetryPastTheMaxAgeComesBeforeIt(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{MaxAge: time.Hour, MaxAttempts: 10})
 	now := e.clk.Now()
 	c := store.Claimed{AgeFrom: now.Add(-50 * time.Minute), Attempts: 1}
-	deadline := c.AgeFrom.Add(time.Hour)
-	if set := e.eng.retry(c, store.Settlement{}, now.Add(30*time.Minute), now); set.Result != store.ResultRetry || !set.NextAttemptAt.Equal(deadline) {
-		t.Fatalf("backoff to 30 min after, 10 min before the max age: result %d at %s, want a retry at the max age %s", set.Result, set.NextAttemptAt, deadline)
+	last := c.AgeFrom.Add(time.Hour - time.Minute)
+	if set := e.eng.retry(c, store.Settlement{}, now.Add(30*time.Minute), now); set.Result != store.ResultRetry || !set.NextAttemptAt.Equal(last) {
+		t.Fatalf("backoff to 30 min after, 10 min before the max age: result %d at %s, want a retry a minute before the max age, %s", set.Result, set.NextAttemptAt, last)
 	}
 	for range 20 { // the hold is random, up to an hour here
-		if set := e.eng.holdForOperator(c, store.Settlement{}, now); set.NextAttemptAt.After(deadline) {
-			t.Fatalf("an edge fault 10 min before the max age is held until %s, past the max age %s", set.NextAttemptAt, deadline)
+		if set := e.eng.holdForOperator(c, store.Settlement{}, now); set.NextAttemptAt.After(last) {
+			t.Fatalf("an edge fault 10 min before the max age is held until %s, past the last call %s", set.NextAttemptAt, last)
 		}
 	}
 }
@@ -111,18 +111,18 @@ func TestAnEdgeCoalescedDeliveryIsNotHeldPastTheMaxAge(t *testing.T) {
 }
 
 // TestACoalescedRescheduleComesByTheMaxAge: without a Retry-After from the edge, a coalesced
-// delivery waits a first backoff, brought forward to the max age as a retry's is; one the edge
-// answers at or past its max age (a first attempt, claimed then) is dead unsent.
+// delivery waits a first backoff, brought forward to the last call before the max age as a retry's
+// is; one the edge answers at or past its max age (a first attempt, claimed then) is dead unsent.
 func TestACoalescedRescheduleComesByTheMaxAge(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{MaxAge: time.Hour, BackoffBase: time.Hour, BackoffCap: time.Hour})
 	now := e.clk.Now()
 	coalesced := response{status: http.StatusTooManyRequests, outcome: string(wire.OutcomeCoalesced)}
-	c := store.Claimed{AgeFrom: now.Add(-59 * time.Minute), Subscriber: &store.Subscriber{ID: "s", Mode: store.ModeEdge}}
-	deadline := c.AgeFrom.Add(time.Hour)
+	c := store.Claimed{AgeFrom: now.Add(-50 * time.Minute), Subscriber: &store.Subscriber{ID: "s", Mode: store.ModeEdge}}
+	last := c.AgeFrom.Add(time.Hour - time.Minute)
 	for range 20 { // the backoff is random, up to an hour here
-		if set := e.eng.decide(c, coalesced, now); set.Result != store.ResultReschedule || set.NextAttemptAt.After(deadline) {
-			t.Fatalf("coalesced a minute before the max age: result %d at %s, want a reschedule by the max age %s", set.Result, set.NextAttemptAt, deadline)
+		if set := e.eng.decide(c, coalesced, now); set.Result != store.ResultReschedule || set.NextAttemptAt.After(last) {
+			t.Fatalf("coalesced 10 min before the max age: result %d at %s, want a reschedule by the last call %s", set.Result, set.NextAttemptAt, last)
 		}
 	}
 	c.AgeFrom = now.Add(-time.Hour)
@@ -241,5 +241,31 @@ func ageSink(t *testing.T, e *env, first func(w http.ResponseWriter)) (k *sink, 
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Clone(seen)
+	}
+}
+
+// TestTheLastAttemptBeforeTheMaxAgeIsSent: a retry whose backoff lands past the max age is brought
+// forward to be the delivery's last attempt (PROTOCOL.md §5). It was brought forward to the max
+// age itself, so the claim, which comes at or after its due time, always found the delivery at its
+// max age and killed it unsent: the last attempt never went out. It is due a little before.
+func TestTheLastAttemptBeforeTheMaxAgeIsSent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{MaxAge: time.Hour, MaxAttempts: 10, BackoffBase: 2 * time.Hour, BackoffCap: 2 * time.Hour})
+	k, ages := ageSink(t, e, func(w http.ResponseWriter) { w.WriteHeader(500) })
+	e.sub(store.SubscriberInput{URL: k.URL})
+	e.emit("e1", "t", `{}`)
+	e.drain()
+	d := e.only()
+	if d.Status != store.StatusPending || !d.NextAttemptAt.Before(d.CreatedAt.Add(time.Hour)) {
+		t.Errorf("after a failure with a backoff past the max age: %s, due at age %s, want pending, due before the max age of 1h",
+			d.Status, d.NextAttemptAt.Sub(d.CreatedAt))
+	}
+	e.clk.Advance(d.NextAttemptAt.Sub(e.clk.Now()))
+	e.drain()
+	if got := ages(); len(got) != 2 || got[1] >= time.Hour {
+		t.Errorf("requests at ages %v, want a second, before the max age of 1h", got)
+	}
+	if d := e.only(); d.Status != store.StatusDelivered || d.Attempts != 2 {
+		t.Errorf("after its last attempt, answered 200: %s (%q), %d attempts, want delivered at attempt 2", d.Status, d.Reason, d.Attempts)
 	}
 }

@@ -427,19 +427,25 @@ func (e *Engine) reschedule(c store.Claimed, set store.Settlement, at, now time.
 }
 
 // beforeMaxAge is when c's next attempt, wanted at `at`, comes: no attempt comes after the max
-// age, so a later one is brought forward to it, the delivery's last. There is none (false: the
-// delivery is dead) once the max age has come, or if `at` ends a wait the other side asked for
-// (asked: its Retry-After) past it.
+// age, so a later one is brought forward to the last call, the delivery's last. There is none
+// (false: the delivery is dead) once the last call has come, or if `at` ends a wait the other side
+// asked for (asked: its Retry-After) past it.
 func (e *Engine) beforeMaxAge(c store.Claimed, at, now time.Time, asked bool) (time.Time, bool) {
-	deadline := e.deadline(c)
-	if !now.Before(deadline) || asked && at.After(deadline) {
+	last := e.deadline(c).Add(-e.lastCallLead())
+	if !now.Before(last) || asked && at.After(last) {
 		return time.Time{}, false
 	}
-	return minTime(at, deadline), true
+	return minTime(at, last), true
 }
 
 // deadline is when c reaches --max-age: no attempt comes after it.
 func (e *Engine) deadline(c store.Claimed) time.Time { return c.AgeFrom.Add(e.cfg.MaxAge) }
+
+// lastCallLead is how long before the max age a delivery's last attempt is due: a claim comes at
+// or after the due time (the poll, a busy engine, the gap between cron drains), and one at the
+// max age itself would find the delivery too old to send. A minute, or a sixtieth of a shorter
+// max age.
+func (e *Engine) lastCallLead() time.Duration { return min(time.Minute, e.cfg.MaxAge/60) }
 
 func minTime(a, b time.Time) time.Time {
 	if b.Before(a) {

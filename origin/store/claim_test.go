@@ -458,6 +458,28 @@ func TestAThrottledProbeIsTakenAgainAfterThePause(t *testing.T) {
 	}
 }
 
+// TestAProbeWithoutNewsIsFollowedAtOnce: a probe settled with no effect on the circuit — the
+// edge's duplicate (delivered before, no news of the subscriber's health) or a failure that is not
+// the subscriber's (an address refused) — left the circuit probing, with nothing in flight, until
+// the probe's lease would have ended: the next probe waited up to a lease.
+func TestAProbeWithoutNewsIsFollowedAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, r := range []Result{ResultDelivered, ResultRetry} {
+		s, clk := openCircuitCooledDown(t)
+		probe := claim(t, s, clk.Now(), 10).Deliveries
+		if len(probe) != 1 || !probe[0].Probe {
+			t.Fatalf("result %d: after the cool-down want one probe, got %d", r, len(probe))
+		}
+		it := done(probe[0], r)
+		it.NextAttemptAt = clk.Now().Add(time.Hour)
+		settle(t, s, clk.Now(), it)
+		clk.Advance(time.Second) // the probe's lease had 59 s to run
+		if again := claim(t, s, clk.Now(), 10).Deliveries; len(again) != 1 || !again[0].Probe {
+			t.Errorf("result %d: after a probe settled without news want one probe again, got %d", r, len(again))
+		}
+	}
+}
+
 // TestHeldDeliveriesCarryTheDisableReason: every delivery held while its subscriber is disabled
 // carries the reason it was disabled with (types.go), whichever way it came to be held: the
 // disable itself, a settle returning it unsent, the rescue of its expired lease, a manual retry.

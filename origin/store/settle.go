@@ -582,13 +582,14 @@ type limiterState struct {
 
 // settleSubscribers applies the effects of the settlements on their subscribers, in order: a
 // disable (410), the latest Retry-After pause, and the circuit breaker folded over every success
-// and failure (and releases: see apply). The limiter rows are read with one statement and only the changed ones written with
-// another: in the common case (successes on a closed circuit) nothing is written. It returns the
-// circuits it opened or closed.
+// and failure (and a probe settled without news: see apply). The limiter rows are read with one
+// statement and only the changed ones written with another: in the common case (successes on a
+// closed circuit) nothing is written. It returns the circuits it opened or closed.
 func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []string, bySub map[string][]*Settlement, now time.Time, policy CircuitPolicy) ([]CircuitChange, error) {
-	var ids []string
+	// Every settlement may change the limiter: a success or failure the circuit, a Retry-After the
+	// pause, and any other a probe's (apply), so each subscriber's row is read.
+	ids := make([]string, 0, len(order))
 	for _, id := range order {
-		news := false
 		for _, it := range bySub[id] {
 			if it.Disable != "" {
 				if err := s.setStateTx(ctx, tx, id, StateDisabled, it.Disable, ms(now)); err != nil && !errors.Is(err, ErrNotFound) {
@@ -597,11 +598,7 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 				break
 			}
 		}
-		for _, it := range bySub[id] {
-			// One that counts no attempt may be a probe that was not answered: apply frees it.
-			news = news || !it.PauseUntil.IsZero() || it.Circuit != CircuitNone || !it.Result.countsAttempt()
-		}
-		if news {
+		if len(bySub[id]) > 0 {
 			ids = append(ids, id)
 		}
 	}
@@ -676,9 +673,9 @@ func (st limiterState) apply(items []*Settlement, now time.Time, policy CircuitP
 		st.Paused = max(st.Paused, ms(it.PauseUntil))
 		// While the circuit probes, its probe is the subscriber's one delivery in flight (the
 		// claim takes it only with none). Settled with no news of the subscriber's health
-		// (released or dead unsent, throttled with Retry-After, rescheduled by the edge), the
-		// next claim may probe again, once a pause allows, not only once the first probe's lease
-		// would have ended (circuit_until).
+		// (released or dead unsent, throttled with Retry-After, rescheduled by the edge, the
+		// edge's duplicate, an address refused), the next claim may probe again, once a pause
+		// allows, not only once the first probe's lease would have ended (circuit_until).
 		if it.Circuit == CircuitNone && st.Circuit == "probing" {
 			st.Until = min(st.Until, ms(now))
 		}

@@ -198,9 +198,18 @@ type ReplayRequest struct {
 	To   string `json:"to,omitempty"`
 }
 
-// ReplayResult tells how many dead deliveries were queued again.
+// ReplayResult tells what a replay did with the dead deliveries it took: queued again and due
+// now, queued but held with their disabled subscriber, or superseded by a newer event with their
+// coalesce key (not queued).
 type ReplayResult struct {
-	Replayed int64 `json:"replayed"`
+	Replayed   int64 `json:"replayed"`
+	Held       int64 `json:"held"`
+	Superseded int64 `json:"superseded"`
+}
+
+// NewReplayResult is the answer for the store's r.
+func NewReplayResult(r store.Replayed) ReplayResult {
+	return ReplayResult{Replayed: r.Pending, Held: r.Held, Superseded: r.Superseded}
 }
 
 var errRequired = errors.New("is required")

@@ -23,7 +23,7 @@ type Store interface {
 	ListDeliveries(ctx context.Context, f store.DeliveryFilter) (store.DeliveryPage, error)
 	GetDelivery(ctx context.Context, id string) (*store.Delivery, error)
 	RetryDelivery(ctx context.Context, id string, now time.Time) (*store.Delivery, error)
-	ReplayDead(ctx context.Context, subscriberID string, from, to, now time.Time) (int64, error)
+	ReplayDead(ctx context.Context, subscriberID string, from, to, now time.Time) (store.Replayed, error)
 	Stats(ctx context.Context, now time.Time) (store.Stats, error)
 	Ping(ctx context.Context) error
 	Now() time.Time

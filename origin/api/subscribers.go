@@ -114,9 +114,9 @@ func (s *Server) replayDead(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	n, err := s.store.ReplayDead(c.Request().Context(), c.Param("id"), from, to, s.store.Now())
+	r, err := s.store.ReplayDead(c.Request().Context(), c.Param("id"), from, to, s.store.Now())
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, ReplayResult{Replayed: n})
+	return c.JSON(http.StatusOK, NewReplayResult(r))
 }

@@ -607,9 +607,9 @@ func TestRetryReplayListAndPrune(t *testing.T) {
 	if err != nil || d.Status != StatusPending || d.Attempts != 0 {
 		t.Fatalf("retry: %+v %v", d, err)
 	}
-	n, err := s.ReplayDead(ctx, "a", time.Time{}, clk.Now().Add(time.Second), clk.Now())
-	if err != nil || n != 3 {
-		t.Fatalf("replay: %d %v, want 3", n, err)
+	r, err := s.ReplayDead(ctx, "a", time.Time{}, clk.Now().Add(time.Second), clk.Now())
+	if err != nil || r != (Replayed{Pending: 3}) {
+		t.Fatalf("replay: %+v %v, want 3 pending", r, err)
 	}
 	// Pagination walks every delivery once, newest first.
 	var seen []string
@@ -975,11 +975,11 @@ func TestReplayBoundsAreExactBelowAMillisecond(t *testing.T) {
 	}
 	half := 500 * time.Microsecond
 	// a: from is after the death, so nothing died in [died+0.5ms, no bound).
-	if n, err := s.ReplayDead(ctx, "a", died.Add(half), time.Time{}, clk.Now()); err != nil || n != 0 {
-		t.Errorf("from %s (after the death at %s): replayed %d, %v; want 0", died.Add(half).Format(time.RFC3339Nano), died.Format(time.RFC3339Nano), n, err)
+	if r, err := s.ReplayDead(ctx, "a", died.Add(half), time.Time{}, clk.Now()); err != nil || r != (Replayed{}) {
+		t.Errorf("from %s (after the death at %s): replayed %+v, %v; want none", died.Add(half).Format(time.RFC3339Nano), died.Format(time.RFC3339Nano), r, err)
 	}
 	// b: to is after the death, so it died in [no bound, died+0.5ms).
-	if n, err := s.ReplayDead(ctx, "b", time.Time{}, died.Add(half), clk.Now()); err != nil || n != 1 {
-		t.Errorf("to %s (after the death at %s): replayed %d, %v; want 1", died.Add(half).Format(time.RFC3339Nano), died.Format(time.RFC3339Nano), n, err)
+	if r, err := s.ReplayDead(ctx, "b", time.Time{}, died.Add(half), clk.Now()); err != nil || r != (Replayed{Pending: 1}) {
+		t.Errorf("to %s (after the death at %s): replayed %+v, %v; want 1 pending", died.Add(half).Format(time.RFC3339Nano), died.Format(time.RFC3339Nano), r, err)
 	}
 }

@@ -345,18 +345,26 @@ func (s *Store) RetryDelivery(ctx context.Context, id string, now time.Time) (*D
 	return d, nil
 }
 
+// Replayed is what a replay did with the dead deliveries it took.
+type Replayed struct {
+	Pending    int64 // queued again, due at once
+	Held       int64 // queued again, held while their subscriber is disabled
+	Superseded int64 // not queued: a newer event with their coalesce key has a delivery
+}
+
 // ReplayDead requeues a subscriber's dead deliveries that died in [from, to) (zero bounds are
-// open), due at now, and returns how many.
-func (s *Store) ReplayDead(ctx context.Context, subscriberID string, from, to, now time.Time) (int64, error) {
+// open), due at now, and returns what became of them.
+func (s *Store) ReplayDead(ctx context.Context, subscriberID string, from, to, now time.Time) (Replayed, error) {
 	if !from.IsZero() && !to.IsZero() && !from.Before(to) {
-		return 0, fieldErrf("from", "must be before to")
+		return Replayed{}, fieldErrf("from", "must be before to")
 	}
 	hi := msBound(to)
 	if to.IsZero() {
 		hi = 1<<63 - 1
 	}
-	var n int64
+	var out Replayed
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		out = Replayed{}
 		var exists int
 		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM subscribers WHERE id = ?`, subscriberID).Scan(&exists); err != nil {
 			return err
@@ -364,14 +372,29 @@ func (s *Store) ReplayDead(ctx context.Context, subscriberID string, from, to, n
 		if exists == 0 {
 			return fmt.Errorf("subscriber %q: %w", subscriberID, ErrNotFound)
 		}
-		r, err := tx.ExecContext(ctx, `UPDATE deliveries SET `+requeue+` WHERE `+diedBetweenSQL, ms(now), subscriberID, msBound(from), hi)
+		rows, err := tx.QueryContext(ctx, `UPDATE deliveries SET `+requeue+` WHERE `+diedBetweenSQL+` RETURNING status`,
+			ms(now), subscriberID, msBound(from), hi)
 		if err != nil {
 			return err
 		}
-		n, err = r.RowsAffected()
-		return err
+		defer rows.Close()
+		for rows.Next() {
+			var status Status
+			if err := rows.Scan(&status); err != nil {
+				return err
+			}
+			switch status {
+			case StatusHeld:
+				out.Held++
+			case StatusSuperseded:
+				out.Superseded++
+			default:
+				out.Pending++
+			}
+		}
+		return rows.Err()
 	})
-	return n, err
+	return out, err
 }
 
 // settledSQL is the condition of deliveries_status_settled (migration 0013): neither pending nor

@@ -131,8 +131,8 @@ func TestDeletesLeaveNoOrphans(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n, err := s.ReplayDead(ctx, "keep", time.Time{}, time.Time{}, clk.Now()); err != nil || n != 1 {
-		t.Fatalf("replay: %d %v, want 1", n, err)
+	if r, err := s.ReplayDead(ctx, "keep", time.Time{}, time.Time{}, clk.Now()); err != nil || r != (Replayed{Pending: 1}) {
+		t.Fatalf("replay: %+v %v, want 1 pending", r, err)
 	}
 	items = items[:0]
 	for _, c := range claim(t, s, clk.Now(), 100).Deliveries {

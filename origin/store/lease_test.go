@@ -118,8 +118,8 @@ func TestADeadUnsentDeliveryCountsNoAttempt(t *testing.T) {
 				i, d, want.attempts, want.status)
 		}
 	}
-	if n, err := s.ReplayDead(ctx, "a", time.Time{}, time.Time{}, clk.Now()); err != nil || n != 2 {
-		t.Fatalf("replayed %d (%v), want the 2", n, err)
+	if r, err := s.ReplayDead(ctx, "a", time.Time{}, time.Time{}, clk.Now()); err != nil || r != (Replayed{Pending: 2}) {
+		t.Fatalf("replayed %+v (%v), want the 2 pending", r, err)
 	}
 	if c := counts(t, s, "a"); c[StatusPending] != 2 {
 		t.Fatalf("counts %v after the replay, want 2 pending", c)

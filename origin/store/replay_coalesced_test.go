@@ -100,3 +100,38 @@ func backlogOverflow(t *testing.T, rule *wire.CoalesceRule, replay string) {
 	}
 	checkCounts(t, s)
 }
+
+// TestReplayCountsOnlyWhatItQueued: a replay answers what it did with each dead delivery it took
+// (openapi: replayed, held, superseded). It answered the count of rows it updated as "replayed",
+// so a dead coalesced delivery written superseded (a newer event has its key), or one held with
+// its disabled subscriber, was reported as on its way.
+func TestReplayCountsOnlyWhatItQueued(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rule := &wire.CoalesceRule{EventTypes: []string{"rank"}, Key: "k", WindowSeconds: 10}
+	s, clk := open(t, Options{BacklogCap: 1})
+	mustSub(t, s, SubscriberInput{ID: "co", Coalesce: rule})
+	mustEmit(t, s, "old", "rank", `{"k":"a","rank":3}`)
+	mustEmit(t, s, "other", "rank", `{"k":"b"}`) // the cap dead-letters old
+	clk.Advance(time.Second)
+	mustEmit(t, s, "new", "rank", `{"k":"a","rank":1}`) // the cap dead-letters other
+	for _, c := range claim(t, s, clk.Now(), 10).Deliveries {
+		settle(t, s, clk.Now(), done(c, ResultDelivered))
+	}
+	clk.Advance(time.Second)
+	r, err := s.ReplayDead(ctx, "co", time.Time{}, time.Time{}, clk.Now())
+	if want := (Replayed{Pending: 1, Superseded: 1}); err != nil || r != want {
+		t.Fatalf("replay of old (its key has a newer event) and other: %+v (%v), want %+v; statuses now %v", r, err, want, counts(t, s, "co"))
+	}
+	// other dies again; replayed while its subscriber is disabled, it is held.
+	for _, c := range claim(t, s, clk.Now(), 10).Deliveries {
+		settle(t, s, clk.Now(), Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: "co", Result: ResultDead, Reason: ReasonMaxAttempts})
+	}
+	if _, err := s.setState(ctx, "co", StateDisabled, "test"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	if r, err := s.ReplayDead(ctx, "co", time.Time{}, time.Time{}, clk.Now()); err != nil || r != (Replayed{Held: 1}) {
+		t.Fatalf("replay while the subscriber is disabled: %+v (%v), want 1 held; statuses now %v", r, err, counts(t, s, "co"))
+	}
+}

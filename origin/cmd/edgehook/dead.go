@@ -35,11 +35,11 @@ func init() {
 				return err
 			}
 			return withStore(cmd, func(ctx context.Context, st *store.Store) error {
-				n, err := st.ReplayDead(ctx, subscriber, f, t, st.Now())
+				r, err := st.ReplayDead(ctx, subscriber, f, t, st.Now())
 				if err != nil {
 					return flagError(err)
 				}
-				return printJSON(cmd.OutOrStdout(), api.ReplayResult{Replayed: n})
+				return printJSON(cmd.OutOrStdout(), api.NewReplayResult(r))
 			})
 		},
 	}

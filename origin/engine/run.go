@@ -545,6 +545,11 @@ func (r *run) settled(batch []store.Settlement, written store.Settled) {
 		}
 	}
 	r.logCircuits(written.Circuits)
+	held := make(map[int64]bool, len(written.Held))
+	for _, seq := range written.Held {
+		held[seq] = true
+	}
+	r.logGone(batch, written.Disabled, held, lost)
 	r.logDead(batch, lost)
 	// The counters of results, here and not when an answer is decided: a stale outcome is none
 	// of them (the store kept nothing of it; the claim that took the delivery over counts it).
@@ -560,15 +565,15 @@ func (r *run) settled(batch []store.Settlement, written store.Settled) {
 			case store.ResultDelivered:
 				d.Delivered++
 				m.delivered.WithLabelValues(it.SubscriberID).Inc()
-			case store.ResultRetry:
-				if it.Disable != "" {
-					d.Held++ // a 410: held with its subscriber, not scheduled again
+			case store.ResultRetry, store.ResultReschedule:
+				if held[it.Seq] { // with its subscriber, disabled: not scheduled again
+					d.Held++
 					continue
 				}
 				d.Retried++
-				m.retried.WithLabelValues(it.SubscriberID).Inc()
-			case store.ResultReschedule:
-				d.Retried++
+				if it.Result == store.ResultRetry {
+					m.retried.WithLabelValues(it.SubscriberID).Inc()
+				}
 			case store.ResultDead, store.ResultDeadUnsent:
 				d.Dead++
 				m.dead.WithLabelValues(it.SubscriberID, it.Reason).Inc()
@@ -588,6 +593,20 @@ func (r *run) logCircuits(changes []store.CircuitChange) {
 				"subscriber", c.SubscriberID, "consecutive_failures", c.Failures, "openings", c.Opens, "until", c.Until.UTC())
 		} else {
 			r.e.log.Info("circuit closed: the subscriber answered again", "subscriber", c.SubscriberID)
+		}
+	}
+}
+
+// logGone logs the subscribers a settle disabled after a 410, and the 410s it did not apply: sent
+// before the subscriber was changed (a new URL, a resume), they do not undo the change.
+func (r *run) logGone(batch []store.Settlement, disabled []string, held, lost map[int64]bool) {
+	for _, id := range disabled {
+		r.e.log.Warn("subscriber disabled: it answered 410 Gone; its deliveries are held", "subscriber", id)
+	}
+	for i := range batch {
+		if it := &batch[i]; it.Disable != "" && !held[it.Seq] && !lost[it.Seq] {
+			r.e.log.Info("a 410 Gone was not applied: the subscriber was changed after its send; the delivery is retried",
+				"subscriber", it.SubscriberID, "delivery", r.e.st.DeliveryID(it.Seq))
 		}
 	}
 }

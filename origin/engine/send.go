@@ -359,10 +359,11 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 	case s == http.StatusGone:
 		msg := "subscriber answered 410 Gone"
 		attempt.Outcome, attempt.Error, set.Error = classGone, msg, msg
-		set.Disable = msg
+		set.Disable, set.Seen = msg, sub.UpdatedAt
 		e.m.failed.WithLabelValues(sub.ID, classGone).Inc()
-		e.log.Warn("subscriber disabled: it answered 410 Gone; its deliveries are held", "subscriber", sub.ID)
-		set.Result, set.NextAttemptAt = store.ResultRetry, now
+		// Held with its subscriber, disabled by the settle; due after a backoff as any failure if
+		// the settle finds the subscriber changed since this send (Settlement.Seen).
+		set.Result, set.NextAttemptAt = store.ResultRetry, now.Add(e.backoff(c.Attempts))
 		return set
 	case s == http.StatusTooManyRequests || s == http.StatusServiceUnavailable:
 		// A wait of 0 (a date already past by this clock, or "0") is no wait: taken as one, every

@@ -525,7 +525,7 @@ func TestGoneHoldsDeliveriesUntilResume(t *testing.T) {
 	mustSub(t, s, SubscriberInput{ID: "a"})
 	emitN(t, s, "x", 4)
 	cs := claim(t, s, clk.Now(), 2).Deliveries
-	gone := Settlement{Seq: cs[0].Seq, LeaseToken: cs[0].LeaseToken, SubscriberID: "a", Result: ResultRetry, NextAttemptAt: clk.Now(), Status: 410, Disable: "410 Gone"}
+	gone := Settlement{Seq: cs[0].Seq, LeaseToken: cs[0].LeaseToken, SubscriberID: "a", Result: ResultRetry, NextAttemptAt: clk.Now(), Status: 410, Disable: "410 Gone", Seen: cs[0].Subscriber.UpdatedAt}
 	settle(t, s, clk.Now(), gone)
 	sub, _ := s.GetSubscriber(ctx, "a")
 	if sub.State != StateDisabled || sub.StateReason != "410 Gone" {
@@ -981,5 +981,55 @@ func TestReplayBoundsAreExactBelowAMillisecond(t *testing.T) {
 	// b: to is after the death, so it died in [no bound, died+0.5ms).
 	if r, err := s.ReplayDead(ctx, "b", time.Time{}, died.Add(half), clk.Now()); err != nil || r != (Replayed{Pending: 1}) {
 		t.Errorf("to %s (after the death at %s): replayed %+v, %v; want 1 pending", died.Add(half).Format(time.RFC3339Nano), died.Format(time.RFC3339Nano), r, err)
+	}
+}
+
+// TestA410AppliesOnlyToTheSubscriberAsItWasSent: a 410 disables its subscriber only if the
+// subscriber is active and unchanged since the send saw it (Settlement.Seen). To a send made
+// before a pause, a URL change, or in the same millisecond as a change, it is an ordinary
+// failure: the pause stays a pause (a disable stops queueing new events), the new URL is tried.
+func TestA410AppliesOnlyToTheSubscriberAsItWasSent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := "https://example.com/new"
+	for name, change := range map[string]func(s *Store) error{
+		"paused":      func(s *Store) error { _, err := s.PauseSubscriber(ctx, "a", "maintenance"); return err },
+		"url changed": func(s *Store) error { _, err := s.UpdateSubscriber(ctx, "a", SubscriberPatch{URL: &url}); return err },
+	} {
+		s, clk := open(t, Options{})
+		mustSub(t, s, SubscriberInput{ID: "a"})
+		emitN(t, s, "x", 2)
+		cs := claim(t, s, clk.Now(), 2).Deliveries
+		if len(cs) != 2 {
+			t.Fatalf("%s: claimed %d, want 2", name, len(cs))
+		}
+		if err := change(s); err != nil { // the clock has not moved: the same millisecond
+			t.Fatal(err)
+		}
+		gone := done(cs[0], ResultRetry)
+		gone.Disable, gone.Seen, gone.NextAttemptAt = "subscriber answered 410 Gone", cs[0].Subscriber.UpdatedAt, clk.Now()
+		written, err := s.Settle(ctx, clk.Now(), CircuitPolicy{}, []Settlement{gone, done(cs[1], ResultRetry)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub, err := s.GetSubscriber(ctx, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sub.State == StateDisabled || len(written.Disabled) != 0 || len(written.Held) != 0 || counts(t, s, "a")[StatusPending] != 2 {
+			t.Errorf("%s after the send, then its 410: subscriber %s, settle %+v, statuses %v; want not disabled, both pending",
+				name, sub.State, written, counts(t, s, "a"))
+		}
+	}
+	// Unchanged, the 410 disables it, and both deliveries are held with it.
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	emitN(t, s, "x", 2)
+	cs := claim(t, s, clk.Now(), 2).Deliveries
+	gone := done(cs[0], ResultRetry)
+	gone.Disable, gone.Seen, gone.NextAttemptAt = "subscriber answered 410 Gone", cs[0].Subscriber.UpdatedAt, clk.Now()
+	written, err := s.Settle(ctx, clk.Now(), CircuitPolicy{}, []Settlement{gone, done(cs[1], ResultRetry)})
+	if err != nil || len(written.Disabled) != 1 || len(written.Held) != 2 || counts(t, s, "a")[StatusHeld] != 2 {
+		t.Errorf("a 410 from the subscriber as it is: settle %+v (%v), statuses %v; want it disabled, both held", written, err, counts(t, s, "a"))
 	}
 }

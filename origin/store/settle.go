@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -70,7 +71,11 @@ type Settlement struct {
 	// Subscriber effects.
 	PauseUntil time.Time // Retry-After on 429/503: the whole subscriber waits until then
 	Disable    string    // non-empty: disable the subscriber with this reason (410)
-	Circuit    CircuitEffect
+	// Seen is the subscriber's UpdatedAt as the send saw it. A Disable applies only if the
+	// subscriber is unchanged since: a 410 from a URL the operator has replaced, or to a send made
+	// before a resume, must not undo the fix (the delivery is then an ordinary failure).
+	Seen    time.Time
+	Circuit CircuitEffect
 }
 
 // Settled is what a settle did not write as asked, by delivery (Seq).
@@ -81,6 +86,11 @@ type Settled struct {
 	// Superseded: written superseded instead of going back to the queue or dying, since a newer
 	// event with their coalesce key came while they were in flight.
 	Superseded []int64
+	// Held: settled unsent (ResultRetry, ResultReschedule) but written held, not due again, since
+	// their subscriber is disabled, by this settle's 410 or before.
+	Held []int64
+	// Disabled: the subscribers this settle disabled (a 410 from the subscriber as it still is).
+	Disabled []string
 	// Circuits: the subscribers whose circuit breaker the settle opened or closed.
 	Circuits []CircuitChange
 }
@@ -210,9 +220,18 @@ func (s *Store) settleTx(ctx context.Context, tx *sql.Tx, now time.Time, policy 
 		}
 		bySub[it.SubscriberID] = append(bySub[it.SubscriberID], it)
 	}
-	var err error
-	out.Circuits, err = s.settleSubscribers(ctx, tx, order, bySub, now, policy)
-	return out, err
+	disabled, err := s.settleSubscribers(ctx, tx, order, bySub, now, policy, &out)
+	if err != nil {
+		return Settled{}, err
+	}
+	for id := range disabled {
+		for _, it := range bySub[id] {
+			if (it.Result == ResultRetry || it.Result == ResultReschedule) && !slices.Contains(out.Superseded, it.Seq) {
+				out.Held = append(out.Held, it.Seq)
+			}
+		}
+	}
+	return out, nil
 }
 
 // settleRow is one settlement as the batch UPDATE reads it (settleSQL's j, in this order).
@@ -581,20 +600,27 @@ type limiterState struct {
 }
 
 // settleSubscribers applies the effects of the settlements on their subscribers, in order: a
-// disable (410), the latest Retry-After pause, and the circuit breaker folded over every success
-// and failure (and a probe settled without news: see apply). The limiter rows are read with one
-// statement and only the changed ones written with another: in the common case (successes on a
-// closed circuit) nothing is written. It returns the circuits it opened or closed.
-func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []string, bySub map[string][]*Settlement, now time.Time, policy CircuitPolicy) ([]CircuitChange, error) {
+// disable (a 410 from the subscriber as it still is: out.Disabled), the latest Retry-After pause,
+// and the circuit breaker folded over every success and failure (and a probe settled without news:
+// see apply), adding the circuits it opened or closed to out.Circuits. The limiter rows are read
+// with one statement and only the changed ones written with another: in the common case
+// (successes on a closed circuit) nothing is written. It returns the subscribers disabled after
+// the settle, whose deliveries going back to the queue were written held.
+func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []string, bySub map[string][]*Settlement, now time.Time, policy CircuitPolicy, out *Settled) (map[string]bool, error) {
 	// Every settlement may change the limiter: a success or failure the circuit, a Retry-After the
 	// pause, and any other a probe's (apply), so each subscriber's row is read.
 	ids := make([]string, 0, len(order))
 	for _, id := range order {
 		for _, it := range bySub[id] {
-			if it.Disable != "" {
-				if err := s.setStateTx(ctx, tx, id, StateDisabled, it.Disable, ms(now)); err != nil && !errors.Is(err, ErrNotFound) {
-					return nil, fmt.Errorf("settle subscriber %s: %w", id, err)
-				}
+			if it.Disable == "" {
+				continue
+			}
+			applied, err := s.disableUnchanged(ctx, tx, id, it, ms(now))
+			if err != nil {
+				return nil, fmt.Errorf("settle subscriber %s: %w", id, err)
+			}
+			if applied {
+				out.Disabled = append(out.Disabled, id)
 				break
 			}
 		}
@@ -606,7 +632,7 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 		return nil, nil
 	}
 	var changed []limiterState
-	var circuits []CircuitChange
+	var disabled map[string]bool
 	args := make([]any, 0, len(ids))
 	err := padded(len(ids), func(k, lo, hi int) error {
 		args = args[:0]
@@ -620,20 +646,27 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 		defer rows.Close()
 		for rows.Next() {
 			var st limiterState
-			if err := rows.Scan(&st.ID, &st.Failures, &st.Circuit, &st.Until, &st.Opens, &st.Paused); err != nil {
+			var isDisabled bool
+			if err := rows.Scan(&st.ID, &st.Failures, &st.Circuit, &st.Until, &st.Opens, &st.Paused, &isDisabled); err != nil {
 				return err
+			}
+			if isDisabled {
+				if disabled == nil {
+					disabled = map[string]bool{}
+				}
+				disabled[st.ID] = true
 			}
 			if next := st.apply(bySub[st.ID], now, policy); next != st {
 				changed = append(changed, next)
 				if c, ok := circuitChange(st, next); ok {
-					circuits = append(circuits, c)
+					out.Circuits = append(out.Circuits, c)
 				}
 			}
 		}
 		return rows.Err()
 	})
 	if err != nil || len(changed) == 0 {
-		return nil, err
+		return disabled, err
 	}
 	data, _ := json.Marshal(changed)
 	_, err = s.exec(ctx, tx, `UPDATE limiter SET consecutive_failures = j.failures, circuit = j.circuit, circuit_until = j.until,
@@ -641,10 +674,23 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 		FROM (SELECT value->>'id' AS id, value->>'failures' AS failures, value->>'circuit' AS circuit, value->>'until' AS until,
 			value->>'opens' AS opens, value->>'paused' AS paused FROM jsonb_each(?)) AS j
 		WHERE limiter.subscriber_id = j.id`, string(data))
-	if err != nil {
-		return nil, err
+	return disabled, err
+}
+
+// disableUnchanged disables subscriber id for it's 410 if the subscriber is active and unchanged
+// since the send saw it (it.Seen; every change moves updated_at on), and tells whether it did.
+// A deleted subscriber has nothing to disable.
+func (s *Store) disableUnchanged(ctx context.Context, tx *sql.Tx, id string, it *Settlement, now int64) (bool, error) {
+	var updated int64
+	var state State
+	err := tx.QueryRowContext(ctx, `SELECT updated_at, state FROM subscribers WHERE id = ?`, id).Scan(&updated, &state)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && (updated != ms(it.Seen) || state != StateActive) {
+		return false, nil
 	}
-	return circuits, nil
+	if err != nil {
+		return false, err
+	}
+	return true, s.setStateTx(ctx, tx, id, StateDisabled, it.Disable, now)
 }
 
 // circuitChange tells whether a subscriber's circuit went from was to now open (a failed probe
@@ -663,8 +709,8 @@ func circuitChange(was, now limiterState) (CircuitChange, bool) {
 
 // readLimitersSQL reads the limiter rows of the subscribers bound (padded with NULLs).
 var readLimitersSQL = chunkSQL(1, func(values string) string {
-	return `SELECT subscriber_id, consecutive_failures, circuit, circuit_until, circuit_opens, paused_until
-		FROM limiter WHERE subscriber_id IN (` + values + `)`
+	return `SELECT l.subscriber_id, l.consecutive_failures, l.circuit, l.circuit_until, l.circuit_opens, l.paused_until,
+		s.state = 'disabled' FROM limiter l JOIN subscribers s ON s.id = l.subscriber_id WHERE l.subscriber_id IN (` + values + `)`
 })
 
 // apply folds a subscriber's settlements, in order, into its limiter state.

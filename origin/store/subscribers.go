@@ -385,7 +385,7 @@ func (s *Store) UpdateSubscriber(ctx context.Context, id string, patch Subscribe
 		}
 		events, headers, coalesce := encodeSettings(&in)
 		if _, err := tx.ExecContext(ctx, `UPDATE subscribers SET url = ?, events = ?, profile = ?, legacy_prefix = ?, mode = ?,
-			rate_per_sec = ?, burst = ?, max_in_flight = ?, timeout_ms = ?, headers = ?, coalesce = ?, updated_at = ? WHERE id = ?`,
+			rate_per_sec = ?, burst = ?, max_in_flight = ?, timeout_ms = ?, headers = ?, coalesce = ?, updated_at = max(?, updated_at + 1) WHERE id = ?`,
 			in.URL, events, in.Profile, in.LegacyPrefix, in.Mode, in.RatePerSec, in.Burst, in.MaxInFlight, in.TimeoutMS,
 			headers, coalesce, ms(s.Now()), id); err != nil {
 			return err
@@ -584,7 +584,7 @@ func (s *Store) setState(ctx context.Context, id string, state State, reason str
 }
 
 func (s *Store) setStateTx(ctx context.Context, tx *sql.Tx, id string, state State, reason string, now int64) error {
-	res, err := tx.ExecContext(ctx, `UPDATE subscribers SET state = ?, state_reason = ?, updated_at = ? WHERE id = ?`, state, reason, now, id)
+	res, err := tx.ExecContext(ctx, `UPDATE subscribers SET state = ?, state_reason = ?, updated_at = max(?, updated_at + 1) WHERE id = ?`, state, reason, now, id)
 	if err != nil {
 		return err
 	}

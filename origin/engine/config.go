@@ -31,6 +31,9 @@ const (
 	DefaultStopGrace          = 10 * time.Second
 	DefaultSettleBatch        = 256
 	DefaultVersion            = "dev"
+	// DefaultBodyBudget binds only past a 1 MiB --body-limit: at the default 256 KiB, the 256
+	// workers hold 64 MiB at most. Bodies of 100 MiB go two at a time, within a small VPS's reach.
+	DefaultBodyBudget = 256 << 20
 )
 
 // Config tunes an Engine. Zero fields take the defaults above. Storage settings (synchronous mode,
@@ -69,6 +72,9 @@ type Config struct {
 	PruneInterval time.Duration // how often the daemon prunes
 	StopGrace     time.Duration // how long Stop lets sends in flight finish when its ctx has no deadline
 	SettleBatch   int           // outcomes written per transaction at most
+	// BodyBudget bounds the event body bytes of the deliveries claimed and not yet sent: claims
+	// stop short of it, but for a single body larger than it, sent alone.
+	BodyBudget int
 
 	Version string // in the User-Agent: "edgehook/<Version>"
 	// Now is the clock; nil means time.Now. Tests inject a settable one so lease, backoff and rate
@@ -87,6 +93,7 @@ func (c Config) withDefaults() (Config, error) {
 		{"workers", &c.Workers, DefaultWorkers}, {"batch_size", &c.BatchSize, DefaultBatchSize},
 		{"max_attempts", &c.MaxAttempts, DefaultMaxAttempts}, {"excerpt_bytes", &c.ExcerptBytes, DefaultExcerptBytes},
 		{"circuit_threshold", &c.CircuitThreshold, DefaultCircuitThreshold}, {"settle_batch", &c.SettleBatch, DefaultSettleBatch},
+		{"body_budget", &c.BodyBudget, DefaultBodyBudget},
 	} {
 		if *f.v < 0 {
 			return c, fmt.Errorf("engine config: %s: %d must not be negative", f.name, *f.v)

@@ -34,6 +34,7 @@ type Engine struct {
 	// counts its calls, so that every run reads the active subscribers again after one.
 	wake        chan struct{}
 	subsChanged atomic.Uint64
+	bodies      bodies
 
 	mu      sync.Mutex
 	stop    context.CancelFunc // stops the daemon's claiming; nil when not running
@@ -50,12 +51,12 @@ func New(st *store.Store, cfg Config, logger *slog.Logger, reg prometheus.Regist
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	m, err := newMetrics(st, cfg.Now, reg)
-	if err != nil {
+	e := &Engine{st: st, cfg: cfg, log: logger, http: newSenders(&cfg), pace: newPacer(), userAgent: []string{cfg.UserAgent()},
+		wake: make(chan struct{}, 1), bodies: bodies{budget: int64(cfg.BodyBudget)}}
+	if e.m, err = newMetrics(st, cfg.Now, &e.bodies.held, reg); err != nil {
 		return nil, err
 	}
-	return &Engine{st: st, cfg: cfg, log: logger, m: m, http: newSenders(&cfg), pace: newPacer(), userAgent: []string{cfg.UserAgent()},
-		wake: make(chan struct{}, 1)}, nil
+	return e, nil
 }
 
 // Start runs the engine in the background until Stop is called or ctx is cancelled (which stops

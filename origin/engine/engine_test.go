@@ -380,7 +380,8 @@ func TestMetricsRegistered(t *testing.T) {
 		names[f.GetName()] = true
 	}
 	for _, want := range []string{"edgehook_deliveries_delivered_total", "edgehook_queue_depth", "edgehook_queue_deliveries",
-		"edgehook_queue_oldest_due_age_seconds", "edgehook_deliveries_superseded_total", "edgehook_deliveries_backlog_overflow_total"} {
+		"edgehook_queue_oldest_due_age_seconds", "edgehook_deliveries_superseded_total", "edgehook_deliveries_backlog_overflow_total",
+		"edgehook_claimed_body_bytes"} {
 		if !names[want] {
 			t.Errorf("metric %s not exported", want)
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	"github.com/edgehook/edgehook/origin/internal/testclock"
@@ -34,20 +35,28 @@ type clock = testclock.Clock
 
 func newClock() *clock { return testclock.New(time.Now().Truncate(time.Second)) }
 
-// env is one test's database, clock and engine.
+// env is one test's database, clock and engine, and the registry of the engine's metrics.
 type env struct {
 	t   *testing.T
 	st  *store.Store
 	clk *clock
 	eng *Engine
+	reg *prometheus.Registry
 }
 
 // newEnv opens a store in t.TempDir() and an engine over it with the fake clock. Backoff is long
 // by default so a failed delivery is not due again until the test advances the clock.
 func newEnv(t *testing.T, cfg Config) *env {
 	t.Helper()
+	return newEnvWith(t, store.Options{}, cfg)
+}
+
+// newEnvWith is newEnv with the store opened with opts (its path and clock are newEnv's).
+func newEnvWith(t *testing.T, opts store.Options, cfg Config) *env {
+	t.Helper()
 	clk := newClock()
-	st, err := store.Open(context.Background(), store.Options{Path: filepath.Join(t.TempDir(), "edgehook.db"), Now: clk.Now})
+	opts.Path, opts.Now = filepath.Join(t.TempDir(), "edgehook.db"), clk.Now
+	st, err := store.Open(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,11 +72,12 @@ func newEnv(t *testing.T, cfg Config) *env {
 	}
 	cfg.Version = "test"
 	cfg.Now = clk.Now
-	eng, err := New(st, cfg, nil, nil)
+	reg := prometheus.NewRegistry()
+	eng, err := New(st, cfg, nil, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, st: st, clk: clk, eng: eng}
+	return &env{t: t, st: st, clk: clk, eng: eng, reg: reg}
 }
 
 func (e *env) sub(in store.SubscriberInput) *store.Subscriber {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,7 +30,7 @@ type metrics struct {
 
 const namespace = "edgehook"
 
-func newMetrics(st *store.Store, now func() time.Time, reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(st *store.Store, now func() time.Time, bodyBytes *atomic.Int64, reg prometheus.Registerer) (*metrics, error) {
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, labels)
 	}
@@ -60,6 +61,9 @@ func newMetrics(st *store.Store, now func() time.Time, reg prometheus.Registerer
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: "deliveries_backlog_overflow_total",
 			Help: "Pending deliveries dead-lettered by the per-subscriber backlog cap (this process's emits)."},
 			func() float64 { return float64(st.Counters().BacklogOverflow) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: "claimed_body_bytes",
+			Help: "Event body bytes of the deliveries claimed and not yet sent, each delivery counting its body (at most --body-budget, or one larger body)."},
+			func() float64 { return float64(bodyBytes.Load()) }),
 		&queueCollector{st: st, now: now},
 	}
 	for _, c := range cs {

@@ -95,6 +95,22 @@ type flight struct{ n, cap int }
 // in this run (the store's rule).
 func (f *flight) held() bool { return store.HeldForInFlight(f.n, f.cap) }
 
+// bodies counts the event body bytes of the engine's deliveries claimed and not yet sent, which
+// budget (Config.BodyBudget) bounds, and the body of the delivery at which the last claim stopped
+// for them (ClaimResult.WantBytes). A send gives its bytes back when it ends: the body is garbage
+// from then on.
+type bodies struct {
+	budget     int64
+	held, want atomic.Int64
+}
+
+// full tells whether a claim now would take nothing for the budget: bytes are held, and none or
+// fewer than the last claim wanted are free (with none held, a claim takes any body, alone).
+func (b *bodies) full() bool {
+	held := b.held.Load()
+	return held > 0 && (held >= b.budget || held+b.want.Load() > b.budget)
+}
+
 // claimTrigger is which settles the waiting loop would claim on.
 type claimTrigger int
 
@@ -139,7 +155,7 @@ func (r *run) loop(ctx context.Context, daemon bool) {
 	claimed := false // last came from a settle's claim: decide on it without claiming first
 	for ctx.Err() == nil {
 		if !claimed {
-			if len(r.slots) == cap(r.slots) {
+			if len(r.slots) == cap(r.slots) || r.e.bodies.full() {
 				r.writer.Lock()
 				r.claimOn = claimOnAny
 				r.writer.Unlock()
@@ -164,8 +180,8 @@ func (r *run) loop(ctx context.Context, daemon bool) {
 		}
 		claimed = false
 		res, err := last.res, last.err
-		if len(res.Deliveries) > 0 && len(res.Deliveries) == last.limit {
-			continue // probably more due: claim again at once
+		if len(res.Deliveries) > 0 && len(res.Deliveries) == last.limit || res.WantBytes > 0 {
+			continue // probably more due: claim again at once, or once sends free the bytes it wants
 		}
 		if r.untilIdle && err == nil && len(res.Deliveries) == 0 && !res.Waiting && len(r.slots) == 0 {
 			r.count(func(d *DrainResult) { d.Idle = true })
@@ -230,27 +246,32 @@ func (r *run) claim(ctx context.Context) claimOutcome {
 	}
 	drop(r.e.st.Wake())
 	out := claimOutcome{limit: min(cap(r.slots)-len(r.slots), r.e.cfg.BatchSize)}
-	if out.limit == 0 { // the loop saw a free slot, and a settle's claim filled it first
+	if out.limit == 0 || r.e.bodies.full() { // the loop saw room, and a settle's claim took it first
+		out.limit = 0
 		return out
 	}
 	out.res, out.err = r.e.st.Claim(ctx, r.claimParams(out.limit))
-	r.dispatch(out.res.Deliveries)
+	r.dispatch(out.res)
 	return out
 }
 
 func (r *run) claimParams(limit int) store.ClaimParams {
-	return store.ClaimParams{Now: r.e.cfg.Now(), Limit: limit, LeaseDuration: r.e.cfg.LeaseDuration}
+	return store.ClaimParams{Now: r.e.cfg.Now(), Limit: limit, LeaseDuration: r.e.cfg.LeaseDuration,
+		MaxBytes: r.e.bodies.budget, HeldBytes: r.e.bodies.held.Load()}
 }
 
-// dispatch takes a slot for each claimed delivery and sends it. The caller holds writer.
-func (r *run) dispatch(claimed []store.Claimed) {
-	for _, c := range claimed {
+// dispatch takes a slot and the body's bytes for each claimed delivery and sends it. The caller
+// holds writer.
+func (r *run) dispatch(res store.ClaimResult) {
+	r.e.bodies.want.Store(res.WantBytes)
+	for _, c := range res.Deliveries {
 		f := r.flying[c.Subscriber.ID]
 		if f == nil {
 			f = &flight{}
 			r.flying[c.Subscriber.ID] = f
 		}
 		f.n, f.cap = f.n+1, c.Subscriber.MaxInFlight
+		r.e.bodies.held.Add(int64(len(c.Event.Body)))
 		r.slots <- struct{}{}
 		if r.senders < len(r.slots) {
 			r.senders++
@@ -259,7 +280,7 @@ func (r *run) dispatch(claimed []store.Claimed) {
 		r.sends.Add(1)
 		r.jobs <- c // never blocks: a job holds a slot, and there are as many places as slots
 	}
-	r.count(func(d *DrainResult) { d.Claimed += len(claimed) })
+	r.count(func(d *DrainResult) { d.Claimed += len(res.Deliveries) })
 }
 
 // takeSettleClaim returns the result of the claim a settle made.
@@ -316,6 +337,7 @@ func (r *run) send(c store.Claimed) {
 		}
 	})
 	out := r.e.deliver(r.sendCtx, c)
+	r.e.bodies.held.Add(-int64(len(c.Event.Body)))
 	timer.Stop()
 	if state.Swap(2) == 1 {
 		r.slow.Add(-1)
@@ -343,7 +365,7 @@ func (r *run) completer() {
 		r.writer.Lock()
 		batch = r.take(batch, nil)
 		released := r.land(batch)
-		if r.claimCtx.Err() == nil && (r.claimOn == claimOnAny || r.claimOn == claimOnCapFreed && released) {
+		if r.claimCtx.Err() == nil && (r.claimOn == claimOnAny || r.claimOn == claimOnCapFreed && released) && !r.e.bodies.full() {
 			if r.settleAndClaim(batch) {
 				r.writer.Unlock()
 				signal(r.settleClaimed)
@@ -381,7 +403,7 @@ func (r *run) settleAndClaim(batch []store.Settlement) bool {
 	for range batch {
 		<-r.slots
 	}
-	r.dispatch(out.res.Deliveries)
+	r.dispatch(out.res)
 	r.settleClaim = out
 	return true
 }

@@ -15,6 +15,12 @@ type ClaimParams struct {
 	Now           time.Time
 	Limit         int           // deliveries at most
 	LeaseDuration time.Duration // how long the claimer owns them
+	// MaxBytes, when positive, bounds the event body bytes the claimer holds: HeldBytes, those it
+	// holds already, plus the body of every delivery claimed (each one counts its event's body).
+	// The claim stops at the first due delivery that would pass it, leaving that one and the rest
+	// pending, untouched; but a claimer that holds nothing takes its first delivery whatever its
+	// size, so a body larger than the whole budget is still sent, alone.
+	MaxBytes, HeldBytes int64
 }
 
 // Claimed is a leased delivery with everything needed to send it.
@@ -40,6 +46,10 @@ type ClaimResult struct {
 	// NextToken, when not zero, is how soon the token bucket of such a subscriber has its next
 	// token: claiming again then keeps the rate precise without polling fast.
 	NextToken time.Duration
+	// WantBytes, when positive, is the body size of the due delivery at which ClaimParams.MaxBytes
+	// stopped the claim: claiming again is worth it once that many bytes are free, or none are
+	// held.
+	WantBytes int64
 
 	superseded int64 // deliveries whose expired lease ended superseded (rescueExpired)
 }
@@ -90,10 +100,13 @@ func (c *candidate) held(res *ClaimResult) {
 //     flight is taken for once half its cap is free, or its bucket is what limits it.
 //   - First attempts are taken before retries: those with a row (coalesced, released or resumed)
 //     and those of the subscriber's fanouts, oldest event first.
+//   - With p.MaxBytes, the claim stops at the first delivery whose event body does not fit in
+//     what is left of it (byteBudget.take).
 //
-// Each subscriber's rows are taken with one UPDATE … WHERE seq IN (SELECT … LIMIT n) RETURNING
-// statement stamping a random lease token and the expiry; its fanout deliveries are leased as one
-// range of events under that token, without rows (fanoutLeases). Settle checks the token.
+// The due deliveries are found first (SELECT … LIMIT n per subscriber and kind, with their body
+// lengths), then the rows taken are leased with one UPDATE … RETURNING statement stamping a random
+// lease token and the expiry, and each subscriber's fanout deliveries as one range of events under
+// that token, without rows (leaseFanouts). Settle checks the token.
 func (s *Store) Claim(ctx context.Context, p ClaimParams) (ClaimResult, error) {
 	c, err := s.newClaim(p)
 	if err != nil {
@@ -118,6 +131,34 @@ type claimPlan struct {
 	now, leaseUntil int64 // ms
 	token           string
 	rescue          bool // look for expired leases first
+	bytes           byteBudget
+}
+
+// byteBudget is what a claim may still take of ClaimParams.MaxBytes.
+type byteBudget struct {
+	bounded bool
+	left    int64
+	alone   bool  // the claimer holds nothing yet: the next delivery is taken whatever its size
+	want    int64 // the body that did not fit (ClaimResult.WantBytes); the claim takes nothing more
+}
+
+// take counts a delivery whose body is n bytes long, if it fits; nil is no bound. Once one did not
+// fit none does, whatever its size: the claim takes the deliveries subscriber by subscriber in the
+// round robin's order and stops there. Skipping it for smaller ones could pass over a large body
+// for good while they kept bytes held; stopping, its subscriber comes first once those ahead of it
+// have claimed (they go behind it), and from then on the claims take nothing until it fits.
+func (b *byteBudget) take(n int64) bool {
+	switch {
+	case b == nil || !b.bounded:
+		return true
+	case b.want > 0:
+		return false
+	case n > b.left && !b.alone:
+		b.want = max(n, 1)
+		return false
+	}
+	b.left, b.alone = b.left-n, false
+	return true
 }
 
 // newClaim checks p and prepares a claim; rescue says whether this one looks for expired leases.
@@ -128,7 +169,8 @@ func (s *Store) newClaim(p ClaimParams) (claimPlan, error) {
 	now := ms(p.Now)
 	last := s.rescuedAt.Load()
 	return claimPlan{limit: p.Limit, now: now, leaseUntil: ms(p.Now.Add(p.LeaseDuration)), token: randomHex(16),
-		rescue: last == 0 || now < last || now-last >= rescueInterval.Milliseconds()}, nil
+		rescue: last == 0 || now < last || now-last >= rescueInterval.Milliseconds(),
+		bytes:  byteBudget{bounded: p.MaxBytes > 0, left: p.MaxBytes - p.HeldBytes, alone: p.HeldBytes <= 0}}, nil
 }
 
 // claimed records, once a claim's transaction committed, that it looked for expired leases.
@@ -175,7 +217,7 @@ func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, cl claimPlan, moves cou
 	}
 	remaining := cl.limit
 	var rows []claimedRow
-	for pass := 0; pass < 2 && remaining > 0; pass++ {
+	for pass := 0; pass < 2 && remaining > 0 && cl.bytes.want == 0; pass++ {
 		share := remaining
 		if pass == 0 {
 			share = max(1, cl.limit/max(1, able))
@@ -188,7 +230,7 @@ func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, cl claimPlan, moves cou
 				left -= want
 			}
 		}
-		got, err := s.claimBatch(ctx, tx, asks, cl.now, cl.leaseUntil, cl.token)
+		got, err := s.claimBatch(ctx, tx, asks, cl.now, cl.leaseUntil, cl.token, &cl.bytes)
 		if err != nil {
 			return res, err
 		}
@@ -199,6 +241,7 @@ func (s *Store) claimTx(ctx context.Context, tx *sql.Tx, cl claimPlan, moves cou
 			a.c.exhausted = a.got < a.n
 		}
 	}
+	res.WantBytes = cl.bytes.want
 	var spent []spend
 	for _, c := range cands {
 		if c.taken == 0 {
@@ -415,11 +458,12 @@ func (s *Store) claimCandidates(ctx context.Context, tx *sql.Tx, now int64, move
 // settle that releases it by the same rule.
 func HeldForInFlight(n, cap int) bool { return n >= cap || n > 0 && cap-n < cap/2 }
 
-// claimedRow is what the claim statement returns.
+// claimedRow is what the claim statements return.
 type claimedRow struct {
 	seq, eventSeq, ageFrom int64
 	attempts               int
 	coalesceKey, subID     string
+	bytes                  int64 // the event body's, read by fanoutFound only
 }
 
 // claimAsk is how many deliveries to lease for one candidate, and how many were.
@@ -429,72 +473,15 @@ type claimAsk struct {
 }
 
 // claimBatch leases, for every ask, up to n due deliveries of its subscriber: first attempts, its
-// rows and its fanout deliveries oldest event first, then retries for what is still missing. Up
-// to claimChunk subscribers share one statement per kind (each statement is prepared: see
-// Store.exec), so a claim runs a few statements, not one per subscriber.
-func (s *Store) claimBatch(ctx context.Context, tx *sql.Tx, asks []claimAsk, now, leaseUntil int64, token string) ([]claimedRow, error) {
-	bySub := make(map[string]*claimAsk, len(asks))
-	for i := range asks {
-		bySub[asks[i].c.id] = &asks[i]
-	}
-	out, err := s.claimFirsts(ctx, tx, asks, bySub, now, leaseUntil, token)
+// rows and its fanout deliveries oldest event first, then retries for what is still missing. It
+// finds them all before it leases any, so that the byte budget takes them in one order
+// (byteBudget.take): subscriber by subscriber as asked, each one's first attempts, then its
+// retries. Up to claimChunk subscribers share one statement per kind (each statement is prepared:
+// see Store.exec), so a claim runs a few statements, not one per subscriber.
+func (s *Store) claimBatch(ctx context.Context, tx *sql.Tx, asks []claimAsk, now, leaseUntil int64, token string, bytes *byteBudget) ([]claimedRow, error) {
+	firsts, err := s.dueRows(ctx, tx, "attempts = 0", asks, now, func(a claimAsk) int { return a.n })
 	if err != nil {
 		return nil, err
-	}
-	var missing []*claimAsk
-	for i := range asks {
-		if asks[i].n > asks[i].got {
-			missing = append(missing, &asks[i])
-		}
-	}
-	for len(missing) > 0 {
-		chunk := missing[:min(len(missing), claimChunk)]
-		missing = missing[len(chunk):]
-		args := []any{token, leaseUntil, now}
-		for _, a := range chunk {
-			args = append(args, a.c.id, now, a.n-a.got)
-		}
-		got, err := s.claimKind(ctx, tx, claimRetriesSQL(len(chunk)), args)
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range got {
-			bySub[r.subID].got++
-		}
-		out = append(out, got...)
-	}
-	return out, nil
-}
-
-// claimFirsts leases first attempts for every ask. Most subscribers have no first-attempt rows
-// (only a coalesced delivery, or one held and resumed, is a row before its claim): their fanout
-// deliveries are taken at once. For one with rows, both kinds are looked at first, and the oldest
-// events of the two taken, so neither waits behind the other's newer ones.
-func (s *Store) claimFirsts(ctx context.Context, tx *sql.Tx, asks []claimAsk, bySub map[string]*claimAsk, now, leaseUntil int64, token string) ([]claimedRow, error) {
-	rows := map[string][]firstCandidate{}
-	for lo := 0; lo < len(asks); lo += claimChunk {
-		chunk := asks[lo:min(len(asks), lo+claimChunk)]
-		var args []any
-		for _, a := range chunk {
-			args = append(args, a.c.id, now, a.n)
-		}
-		q, err := s.query(ctx, tx, dueFirstsSQL(len(chunk)), args...)
-		if err != nil {
-			return nil, fmt.Errorf("claim: %w", err)
-		}
-		for q.Next() {
-			var sub string
-			var c firstCandidate
-			if err := q.Scan(&sub, &c.seq, &c.eventSeq); err != nil {
-				q.Close()
-				return nil, err
-			}
-			rows[sub] = append(rows[sub], c)
-		}
-		q.Close()
-		if err := q.Err(); err != nil {
-			return nil, err
-		}
 	}
 	takes := make([]fanoutTake, len(asks))
 	for i, a := range asks {
@@ -503,44 +490,45 @@ func (s *Store) claimFirsts(ctx context.Context, tx *sql.Tx, asks []claimAsk, by
 	if err := s.liveFanouts(ctx, tx, takes); err != nil {
 		return nil, err
 	}
-	var mixed []fanoutTake
-	for _, t := range takes {
-		if len(rows[t.sub]) > 0 {
-			mixed = append(mixed, t)
-		}
-	}
-	var seqs []int64
-	if len(mixed) > 0 {
-		fanned, err := s.fanoutSeqs(ctx, tx, mixed)
-		if err != nil {
-			return nil, err
-		}
-		for i := range takes {
-			if t := &takes[i]; len(rows[t.sub]) > 0 {
-				picked, fan, _ := oldestFirst(rows[t.sub], fanned[t.sub], t.n)
-				seqs, t.n = append(seqs, picked...), fan
-			}
-		}
-	}
-	var out []claimedRow
-	if len(seqs) > 0 {
-		list, _ := json.Marshal(seqs)
-		got, err := s.claimKind(ctx, tx, leaseRowsSQL, []any{token, leaseUntil, now, string(list)})
-		if err != nil {
-			return nil, err
-		}
-		out = got
-	}
-	// The cursors move with the buckets (spendTokens).
-	got, err := s.fanoutLeases(ctx, tx, takes, token, leaseUntil, now)
+	fanned, err := s.fanoutFound(ctx, tx, takes)
 	if err != nil {
 		return nil, err
 	}
-	for _, r := range got {
+	retries, err := s.dueRows(ctx, tx, "attempts > 0", asks, now, func(a claimAsk) int {
+		return a.n - min(a.n, len(firsts[a.c.id])+len(fanned[a.c.id]))
+	})
+	if err != nil {
+		return nil, err
+	}
+	var seqs []int64
+	var fans []claimedRow
+	for _, a := range asks {
+		picked, fan, _ := oldestFirst(firsts[a.c.id], fanned[a.c.id], int64(a.n), bytes)
+		seqs, fans = append(seqs, picked...), append(fans, fanned[a.c.id][:fan]...)
+		for _, r := range retries[a.c.id] {
+			if !bytes.take(r.bytes) {
+				break
+			}
+			seqs = append(seqs, r.seq)
+		}
+	}
+	out, err := s.leaseRows(ctx, tx, seqs, token, leaseUntil, now)
+	if err != nil {
+		return nil, err
+	}
+	// The cursors move with the buckets (spendTokens).
+	if err := s.leaseFanouts(ctx, tx, takes, fans, token, leaseUntil, now); err != nil {
+		return nil, err
+	}
+	bySub := make(map[string]*claimAsk, len(asks))
+	for i := range asks {
+		bySub[asks[i].c.id] = &asks[i]
+	}
+	for _, r := range fans {
 		a := bySub[r.subID]
 		a.c.cursor = max(a.c.cursor, r.eventSeq) // as moved: a second pass goes on from there
 	}
-	out = append(out, got...)
+	out = append(out, fans...)
 	for _, r := range out {
 		bySub[r.subID].got++
 	}
@@ -556,9 +544,13 @@ const leaseRowsSQL = `UPDATE deliveries SET status = 'leased', lease_token = ?1,
 // each prepared once.
 const claimChunk = 16
 
-// claimKind runs one claim statement.
-func (s *Store) claimKind(ctx context.Context, tx *sql.Tx, q string, args []any) ([]claimedRow, error) {
-	rows, err := s.query(ctx, tx, q, args...)
+// leaseRows leases the pending rows of seqs and returns them.
+func (s *Store) leaseRows(ctx context.Context, tx *sql.Tx, seqs []int64, token string, leaseUntil, now int64) ([]claimedRow, error) {
+	if len(seqs) == 0 {
+		return nil, nil
+	}
+	list, _ := json.Marshal(seqs)
+	rows, err := s.query(ctx, tx, leaseRowsSQL, token, leaseUntil, now, string(list))
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
@@ -574,16 +566,58 @@ func (s *Store) claimKind(ctx context.Context, tx *sql.Tx, q string, args []any)
 	return out, rows.Err()
 }
 
-// dueSearchesSQL is a UNION ALL of n searches of one kind of due rows ("attempts = 0": first
-// attempts, "attempts > 0": retries), each (subscriber id, now, limit), selecting cols. The
-// searches repeat the partial index's condition literally, and name the index, so each stays on
-// the few due rows of its subscriber whatever the planner's statistics say. A limit is written
-// (? + 0), not ?: SQLite's planner reads the value bound to a bare LIMIT ? and marks the statement
-// to be compiled again whenever that parameter is bound anew, that is on every run (half of a
-// claim's CPU went to recompiling).
-func dueSearchesSQL(kind string, n int, cols string) string {
-	search := `SELECT ` + cols + ` FROM (SELECT ` + cols + ` FROM deliveries INDEXED BY ` + dueIndex(kind) + ` WHERE subscriber_id = ? AND status = 'pending' AND ` + kind + `
-		AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT (? + 0))`
+// dueRow is a pending row that a claim or the backlog cap may take.
+type dueRow struct {
+	seq, eventSeq int64
+	bytes         int64 // its event's body, read by claims only
+}
+
+// dueRows finds, for every ask with a positive limit, up to that many due rows of its subscriber
+// of one kind ("attempts = 0": first attempts, "attempts > 0": retries), earliest due first, by
+// subscriber: claimChunk subscribers a statement.
+func (s *Store) dueRows(ctx context.Context, tx *sql.Tx, kind string, asks []claimAsk, now int64, limit func(claimAsk) int) (map[string][]dueRow, error) {
+	out := map[string][]dueRow{}
+	var args []any
+	for i, a := range asks {
+		if n := limit(a); n > 0 {
+			args = append(args, a.c.id, now, n)
+		}
+		if len(args) == 0 || len(args) < 3*claimChunk && i < len(asks)-1 {
+			continue
+		}
+		rows, err := s.query(ctx, tx, dueRowsSQL(kind, len(args)/3), args...)
+		if err != nil {
+			return nil, fmt.Errorf("claim: %w", err)
+		}
+		for rows.Next() {
+			var sub string
+			var r dueRow
+			if err := rows.Scan(&sub, &r.seq, &r.eventSeq, &r.bytes); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out[sub] = append(out[sub], r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		args = args[:0]
+	}
+	return out, nil
+}
+
+// dueRowsSQL is a UNION ALL of n searches of one kind of due rows, each (subscriber id, now,
+// limit), selecting the subscriber, seq, event seq and the length of the event's body (read from
+// the row's header: octet_length does not load the body). The searches repeat the partial index's
+// condition literally, and name the index, so each stays on the few due rows of its subscriber
+// whatever the planner's statistics say. A limit is written (? + 0), not ?: SQLite's planner reads
+// the value bound to a bare LIMIT ? and marks the statement to be compiled again whenever that
+// parameter is bound anew, that is on every run (half of a claim's CPU went to recompiling).
+func dueRowsSQL(kind string, n int) string {
+	search := `SELECT d.subscriber_id, d.seq, d.event_seq, (SELECT octet_length(e.body) FROM events e WHERE e.seq = d.event_seq)
+		FROM (SELECT subscriber_id, seq, event_seq FROM deliveries INDEXED BY ` + dueIndex(kind) + ` WHERE subscriber_id = ? AND status = 'pending' AND ` + kind + `
+		AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT (? + 0)) AS d`
 	searches := make([]string, n)
 	for i := range searches {
 		searches[i] = search
@@ -597,20 +631,6 @@ func dueIndex(kind string) string {
 		return "deliveries_due_first"
 	}
 	return "deliveries_due_retry"
-}
-
-// dueFirstsSQL finds the due first-attempt rows of n subscribers (subscriber, seq, event seq).
-func dueFirstsSQL(n int) string {
-	return dueSearchesSQL("attempts = 0", n, "subscriber_id, seq, event_seq")
-}
-
-// claimRetriesSQL leases due retries for n subscribers: one UPDATE whose target is a UNION ALL of
-// one search per subscriber, each with its own LIMIT. Arguments: token, lease expiry, now, then
-// subscriber id, now, limit for each subscriber.
-func claimRetriesSQL(n int) string {
-	return `UPDATE deliveries SET status = 'leased', lease_token = ?, lease_expires_at = ?, updated_at = ?
-		WHERE seq IN (` + dueSearchesSQL("attempts > 0", n, "seq") + `)
-		RETURNING seq, event_seq, attempts, coalesce_key, age_from, subscriber_id`
 }
 
 // hasDue reports whether a subscriber has a pending delivery due at now: a fanout delivery is due

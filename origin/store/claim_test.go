@@ -80,7 +80,7 @@ func TestClaimServesMoreSubscribersThanOneStatement(t *testing.T) {
 			}
 		}
 		s.stmtMu.Lock()
-		prepared := s.stmts[dueFirstsSQL(claimChunk)] != nil
+		prepared := s.stmts[dueRowsSQL("attempts = 0", claimChunk)] != nil
 		s.stmtMu.Unlock()
 		if !prepared {
 			t.Fatal("the claim statement was not prepared after its first use")
@@ -757,8 +757,8 @@ func TestDueQueriesUseIndexes(t *testing.T) {
 		args  []any
 		index string
 	}{
-		{dueFirstsSQL(2), []any{"a", 1, 10, "b", 1, 10}, "deliveries_due_first"},
-		{claimRetriesSQL(2), []any{"t", 1, 1, "a", 1, 10, "b", 1, 10}, "deliveries_due_retry"},
+		{dueRowsSQL("attempts = 0", 2), []any{"a", 1, 10, "b", 1, 10}, "deliveries_due_first"},
+		{dueRowsSQL("attempts > 0", 2), []any{"a", 1, 10, "b", 1, 10}, "deliveries_due_retry"},
 		{supersedeSQL, []any{1, `[["a","k"]]`}, "deliveries_coalesce"},
 		{markInFlightSQL, []any{ReasonNewerEvent, `[["a","k"]]`}, "deliveries_leased"},
 		{supersedeHeldSQL, []any{1, `[["a","k"]]`}, "deliveries_sub_settled"},

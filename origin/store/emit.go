@@ -760,7 +760,7 @@ const markInFlightSQL = `UPDATE deliveries INDEXED BY deliveries_leased SET reas
 // pendingRowsSQL selects up to ?4 (-1: all) pending delivery rows of subscriber ?3 of one kind
 // (attempts > 0: retries, attempts = 0: first attempts), earliest due first as its due index orders
 // them without a sort (pending rows are in no other index by subscriber). The limit is (?4 + 0) so
-// the prepared statement is not compiled again at every run (see dueSearchesSQL).
+// the prepared statement is not compiled again at every run (see dueRowsSQL).
 func pendingRowsSQL(kind string) string {
 	return `SELECT seq FROM deliveries INDEXED BY ` + dueIndex(kind) + ` WHERE subscriber_id = ?3 AND status = 'pending' AND ` + kind + `
 		ORDER BY next_attempt_at LIMIT (?4 + 0)`
@@ -829,11 +829,11 @@ func (s *Store) trimBacklogs(ctx context.Context, tx *sql.Tx, pending map[string
 		if err != nil {
 			return 0, err
 		}
-		fanned, err := s.fanoutSeqs(ctx, tx, []fanoutTake{t})
+		fanned, err := s.fanoutFound(ctx, tx, []fanoutTake{t})
 		if err != nil {
 			return 0, err
 		}
-		seqs, fan, through := oldestFirst(firsts, fanned[id], excess)
+		seqs, fan, through := oldestFirst(firsts, fanned[id], excess, nil)
 		list, _ := json.Marshal(seqs)
 		if _, err := s.exec(ctx, tx, `UPDATE deliveries SET status = 'dead', reason = ?1, last_error = ?3, updated_at = ?2
 			WHERE seq IN (SELECT value FROM json_each(?4)) AND status = 'pending'`, ReasonBacklogOverflow, now, backlogCapError, string(list)); err != nil {
@@ -850,16 +850,16 @@ func (s *Store) trimBacklogs(ctx context.Context, tx *sql.Tx, pending map[string
 }
 
 // pendingFirsts returns up to n pending first-attempt rows of a subscriber, earliest due first.
-func (s *Store) pendingFirsts(ctx context.Context, tx *sql.Tx, sub string, n int64) ([]firstCandidate, error) {
+func (s *Store) pendingFirsts(ctx context.Context, tx *sql.Tx, sub string, n int64) ([]dueRow, error) {
 	rows, err := s.query(ctx, tx, `SELECT seq, event_seq FROM deliveries INDEXED BY deliveries_due_first
 		WHERE subscriber_id = ?1 AND status = 'pending' AND attempts = 0 ORDER BY next_attempt_at LIMIT (?2 + 0)`, sub, n)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []firstCandidate
+	var out []dueRow
 	for rows.Next() {
-		var c firstCandidate
+		var c dueRow
 		if err := rows.Scan(&c.seq, &c.eventSeq); err != nil {
 			return nil, err
 		}

@@ -137,7 +137,7 @@ var markFanoutsSQL = chunkSQL(2, func(values string) string {
 
 // fanoutTake is one subscriber's part in a fanout search: up to n of its oldest deliveries that
 // are not rows yet, past its cursor, in the fanouts it is in that have events past it. The
-// searches (fanoutLeases, fanoutSeqs, settleFanout) take it with its fanouts set by liveFanouts.
+// searches (fanoutFound, settleFanout) take it with its fanouts set by liveFanouts.
 type fanoutTake struct {
 	sub             string
 	ordinal, cursor int64
@@ -290,22 +290,49 @@ func fanoutInsertSQL(found string) string {
 		FROM (` + found + `) AS a JOIN events e ON e.seq = a.eseq`
 }
 
-// fanoutLeases leases takes' deliveries as ranges of events (migration 0011) and returns them:
-// one lease per subscriber, from its cursor through the newest event taken, which the caller then
-// moves the cursor to (spendTokens). A second pass of a claim goes on from there, and its range
-// joins the first's.
-func (s *Store) fanoutLeases(ctx context.Context, tx *sql.Tx, takes []fanoutTake, token string, leaseUntil, now int64) ([]claimedRow, error) {
-	var out []claimedRow
+// fanoutFound returns the deliveries of takes (after liveFanouts) that are not rows yet, each
+// take's oldest first, by subscriber, with their body lengths.
+func (s *Store) fanoutFound(ctx context.Context, tx *sql.Tx, takes []fanoutTake) (map[string][]claimedRow, error) {
+	out := map[string][]claimedRow{}
 	for _, f := range fanoutSearches(takes) {
-		got, err := s.claimKind(ctx, tx, fanoutFoundRowsSQL(f.sql), f.args)
+		rows, err := s.query(ctx, tx, fanoutFoundRowsSQL(f.sql), f.args...)
 		if err != nil {
+			return nil, fmt.Errorf("fan out: %w", err)
+		}
+		for rows.Next() {
+			var r claimedRow
+			if err := rows.Scan(&r.seq, &r.eventSeq, &r.attempts, &r.coalesceKey, &r.ageFrom, &r.subID, &r.bytes); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out[r.subID] = append(out[r.subID], r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
 			return nil, err
 		}
-		out = append(out, got...)
 	}
+	for _, found := range out {
+		slices.SortFunc(found, func(a, b claimedRow) int { return cmp.Compare(a.eventSeq, b.eventSeq) })
+	}
+	return out, nil
+}
+
+// fanoutFoundRowsSQL reads the deliveries a fanoutSearch finds as claimedRows, and the length of
+// each one's body (from the row's header: octet_length does not load the body).
+func fanoutFoundRowsSQL(found string) string {
+	return `SELECT (a.eseq << ` + fmt.Sprint(ordinalBits) + `) | a.ord, a.eseq, 0, '', e.created_at, a.sub, octet_length(e.body)
+		FROM (` + found + `) AS a JOIN events e ON e.seq = a.eseq`
+}
+
+// leaseFanouts leases the deliveries of takes that a claim took of those fanoutFound returned, a
+// prefix of each take's, as ranges of events (migration 0011): one lease per subscriber, from its
+// cursor through the newest event taken, which the caller then moves the cursor to
+// (spendTokens). A second pass of a claim goes on from there, and its range joins the first's.
+func (s *Store) leaseFanouts(ctx context.Context, tx *sql.Tx, takes []fanoutTake, taken []claimedRow, token string, leaseUntil, now int64) error {
 	type span struct{ through, n int64 }
 	spans := map[string]*span{}
-	for _, r := range out {
+	for _, r := range taken {
 		sp := spans[r.subID]
 		if sp == nil {
 			sp = &span{}
@@ -319,13 +346,7 @@ func (s *Store) fanoutLeases(ctx context.Context, tx *sql.Tx, takes []fanoutTake
 			list = append(list, t.sub, t.ordinal, t.cursor, sp.through, sp.n)
 		}
 	}
-	return out, s.execPadded(ctx, tx, &insertLeasesSQL, []any{token, now, leaseUntil}, list, 5)
-}
-
-// fanoutFoundRowsSQL reads the deliveries a fanoutSearch finds as claimKind scans them.
-func fanoutFoundRowsSQL(found string) string {
-	return `SELECT (a.eseq << ` + fmt.Sprint(ordinalBits) + `) | a.ord, a.eseq, 0, '', e.created_at, a.sub
-		FROM (` + found + `) AS a JOIN events e ON e.seq = a.eseq`
+	return s.execPadded(ctx, tx, &insertLeasesSQL, []any{token, now, leaseUntil}, list, 5)
 }
 
 // insertLeasesSQL writes leases: parameters the token, now and the expiry, then each subscriber,
@@ -341,37 +362,6 @@ var insertLeasesSQL = chunkSQL(5, func(values string) string {
 
 func (st fanoutState) args() []any {
 	return []any{string(st.status), st.reason, st.lastError, st.now}
-}
-
-// fanoutSeqs returns the event seqs of the oldest deliveries of each take that are not rows yet,
-// oldest first, by subscriber.
-func (s *Store) fanoutSeqs(ctx context.Context, tx *sql.Tx, takes []fanoutTake) (map[string][]int64, error) {
-	out := map[string][]int64{}
-	for _, f := range fanoutSearches(takes) {
-		rows, err := s.query(ctx, tx, f.sql, f.args...)
-		if err != nil {
-			return nil, fmt.Errorf("fan out: %w", err)
-		}
-		for rows.Next() {
-			var sub string
-			var ordinal, seq int64
-			if err := rows.Scan(&sub, &ordinal, &seq); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			out[sub] = append(out[sub], seq)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
-	}
-	for _, t := range takes {
-		seqs := out[t.sub]
-		slices.Sort(seqs)
-		out[t.sub] = seqs[:min(int64(len(seqs)), t.n)]
-	}
-	return out, nil
 }
 
 // settleFanout writes the oldest t.n deliveries of one subscriber that are not rows yet as rows in
@@ -409,21 +399,24 @@ func (s *Store) fanoutTakeOf(ctx context.Context, tx *sql.Tx, sub string, n int6
 	return takes[0], s.liveFanouts(ctx, tx, takes)
 }
 
-// firstCandidate is a pending first-attempt row that a claim or the backlog cap may take.
-type firstCandidate struct{ seq, eventSeq int64 }
-
 // oldestFirst picks, of a subscriber's first-attempt rows and its deliveries that are not rows yet
-// (event seqs, oldest first), the n of the oldest events: the rows' seqs, and how many of the
-// others with the newest of their event seqs.
-func oldestFirst(rows []firstCandidate, fanned []int64, n int64) (seqs []int64, fan, through int64) {
+// (oldest first), the n of the oldest events, in that order as long as bytes takes their bodies
+// (nil: no bound): the rows' seqs, and how many of the others with the newest of their event seqs.
+func oldestFirst(rows []dueRow, fanned []claimedRow, n int64, bytes *byteBudget) (seqs []int64, fan, through int64) {
 	rows = slices.Clone(rows)
-	slices.SortFunc(rows, func(a, b firstCandidate) int { return cmp.Compare(a.eventSeq, b.eventSeq) })
+	slices.SortFunc(rows, func(a, b dueRow) int { return cmp.Compare(a.eventSeq, b.eventSeq) })
 	for int64(len(seqs))+fan < n && (len(rows) > 0 || int(fan) < len(fanned)) {
-		if len(rows) > 0 && (int(fan) == len(fanned) || rows[0].eventSeq < fanned[fan]) {
+		if len(rows) > 0 && (int(fan) == len(fanned) || rows[0].eventSeq < fanned[fan].eventSeq) {
+			if !bytes.take(rows[0].bytes) {
+				break
+			}
 			seqs, rows = append(seqs, rows[0].seq), rows[1:]
 			continue
 		}
-		through = fanned[fan]
+		if !bytes.take(fanned[fan].bytes) {
+			break
+		}
+		through = fanned[fan].eventSeq
 		fan++
 	}
 	return seqs, fan, through

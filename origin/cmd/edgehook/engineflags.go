@@ -17,15 +17,21 @@ import (
 // engineFlags are the delivery settings shared by serve and drain.
 type engineFlags struct {
 	cfg           engine.Config
+	bodyBudget    config.ByteSize
 	edgeSecret    string
 	allowNetworks []string
 }
+
+// minBodyBudget and maxBodyBudget bound --body-budget: below a MiB, bodies at the default
+// --body-limit would go four at a time; 64 GiB is more than --workers sends of bodies at the
+// largest --body-limit (25 GiB by default), and than the memory of the hosts edgehook is for.
+const minBodyBudget, maxBodyBudget = 1 << 20, 64 << 30
 
 // minPollInterval bounds how often an idle engine polls: at 1ns it kept a core busy, at 10ms
 // it takes a few percent of one.
 const minPollInterval = 10 * time.Millisecond
 
-var engineSettings = []string{"workers", "batch-size", "poll-interval", "lease-duration", "max-attempts", "max-age",
+var engineSettings = []string{"workers", "batch-size", "body-budget", "poll-interval", "lease-duration", "max-attempts", "max-age",
 	"backoff-base", "backoff-cap", "retry-after-cap", "circuit-threshold", "circuit-cooldown", "retention",
 	"edge-url", "edge-secret", "allow-network", "shutdown-grace"}
 
@@ -33,6 +39,8 @@ func (f *engineFlags) register(fs *pflag.FlagSet) {
 	c := &f.cfg
 	fs.IntVar(&c.Workers, "workers", engine.DefaultWorkers, "concurrent sends")
 	fs.IntVar(&c.BatchSize, "batch-size", engine.DefaultBatchSize, "deliveries claimed per transaction at most")
+	f.bodyBudget = engine.DefaultBodyBudget
+	fs.Var(&f.bodyBudget, "body-budget", "event body bytes the deliveries in flight hold in memory at most; a larger body is sent alone (1MiB to 64GiB)")
 	fs.DurationVar(&c.PollInterval, "poll-interval", engine.DefaultPollInterval, "how often an idle engine looks for due deliveries (writes through serve's own API wake it at once; other processes' writes and retries coming due wait for this)")
 	fs.DurationVar(&c.LeaseDuration, "lease-duration", engine.DefaultLeaseDuration, "how long a claim owns its deliveries (a crashed sender's are retried after it); a send is cut at 3/4 of it, whatever the subscriber's timeout")
 	fs.IntVar(&c.MaxAttempts, "max-attempts", engine.DefaultMaxAttempts, "attempts before a delivery is dead")
@@ -75,6 +83,8 @@ func (f *engineFlags) config() (engine.Config, error) {
 		}
 	}
 	switch {
+	case f.bodyBudget < minBodyBudget || f.bodyBudget > maxBodyBudget:
+		return c, usagef("--body-budget: %s is outside %s to %s", f.bodyBudget, config.ByteSize(minBodyBudget), config.ByteSize(maxBodyBudget))
 	case c.PollInterval < minPollInterval:
 		return c, usagef("--poll-interval: %s is below %s (an idle engine would spin on the database)", c.PollInterval, minPollInterval)
 	case c.LeaseDuration < time.Second:
@@ -92,6 +102,7 @@ func (f *engineFlags) config() (engine.Config, error) {
 		}
 	}
 	c.CircuitMaxCooldown = max(engine.DefaultCircuitMaxCooldown, c.CircuitCooldown)
+	c.BodyBudget = int(f.bodyBudget)
 	if f.edgeSecret != "" {
 		secrets, err := signature.ParseSecrets(f.edgeSecret)
 		if err != nil {

@@ -115,6 +115,7 @@ func TestRangeErrorsNameWhereTheValueCameFrom(t *testing.T) {
 	}{
 		{"EDGEHOOK_WORKERS=0", []string{"drain", "--until-idle"}, "EDGEHOOK_WORKERS"},
 		{"EDGEHOOK_BODY_LIMIT=10", []string{"migrate"}, "EDGEHOOK_BODY_LIMIT"},
+		{"EDGEHOOK_BODY_BUDGET=100", []string{"drain", "--until-idle"}, "--body-budget (from EDGEHOOK_BODY_BUDGET): 100 is outside 1MiB"},
 		{"EDGEHOOK_DB=", []string{"migrate"}, "EDGEHOOK_DB"},
 		{"EDGEHOOK_LOG_LEVEL=", []string{"migrate"}, "EDGEHOOK_LOG_LEVEL"},
 		{"EDGEHOOK_CONFIG=settings.json", []string{"drain", "--until-idle"}, "settings.json"},

@@ -475,8 +475,8 @@ type claimAsk struct {
 // claimBatch leases, for every ask, up to n due deliveries of its subscriber: first attempts, its
 // rows and its fanout deliveries oldest event first, then retries for what is still missing. It
 // finds them all before it leases any, so that the byte budget takes them in one order
-// (byteBudget.take): subscriber by subscriber as asked, each one's first attempts, then its
-// retries. Up to claimChunk subscribers share one statement per kind (each statement is prepared:
+// (byteBudget.take): subscriber by subscriber as asked, each one's retries, then its first
+// attempts. Up to claimChunk subscribers share one statement per kind (each statement is prepared:
 // see Store.exec), so a claim runs a few statements, not one per subscriber.
 func (s *Store) claimBatch(ctx context.Context, tx *sql.Tx, asks []claimAsk, now, leaseUntil int64, token string, bytes *byteBudget) ([]claimedRow, error) {
 	firsts, err := s.dueRows(ctx, tx, "attempts = 0", asks, now, func(a claimAsk) int { return a.n })
@@ -503,14 +503,18 @@ func (s *Store) claimBatch(ctx context.Context, tx *sql.Tx, asks []claimAsk, now
 	var seqs []int64
 	var fans []claimedRow
 	for _, a := range asks {
-		picked, fan, _ := oldestFirst(firsts[a.c.id], fanned[a.c.id], int64(a.n), bytes)
-		seqs, fans = append(seqs, picked...), append(fans, fanned[a.c.id][:fan]...)
+		// Retries before first attempts: the query found them only for what the first attempts
+		// left, so the order changes nothing unless the budget binds, and then a retry that did
+		// not fit is not passed over for good by its own subscriber's new events (taken first,
+		// they kept the bytes it waited for, or the claim holding nothing it needed to go alone).
 		for _, r := range retries[a.c.id] {
 			if !bytes.take(r.bytes) {
 				break
 			}
 			seqs = append(seqs, r.seq)
 		}
+		picked, fan, _ := oldestFirst(firsts[a.c.id], fanned[a.c.id], int64(a.n), bytes)
+		seqs, fans = append(seqs, picked...), append(fans, fanned[a.c.id][:fan]...)
 	}
 	out, err := s.leaseRows(ctx, tx, seqs, token, leaseUntil, now)
 	if err != nil {

@@ -567,8 +567,11 @@ func (r *run) settled(batch []store.Settlement, written store.Settled) {
 		}
 	}
 	r.logCircuits(written.Circuits)
-	held := make(map[int64]bool, len(written.Held))
+	var held map[int64]bool // none in the common case: no allocation per settle
 	for _, seq := range written.Held {
+		if held == nil {
+			held = make(map[int64]bool, len(written.Held))
+		}
 		held[seq] = true
 	}
 	r.logGone(batch, written.Disabled, held, lost)

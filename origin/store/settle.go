@@ -607,9 +607,6 @@ type limiterState struct {
 // (successes on a closed circuit) nothing is written. It returns the subscribers disabled after
 // the settle, whose deliveries going back to the queue were written held.
 func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []string, bySub map[string][]*Settlement, now time.Time, policy CircuitPolicy, out *Settled) (map[string]bool, error) {
-	// Every settlement may change the limiter: a success or failure the circuit, a Retry-After the
-	// pause, and any other a probe's (apply), so each subscriber's row is read.
-	ids := make([]string, 0, len(order))
 	for _, id := range order {
 		for _, it := range bySub[id] {
 			if it.Disable == "" {
@@ -624,19 +621,18 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 				break
 			}
 		}
-		if len(bySub[id]) > 0 {
-			ids = append(ids, id)
-		}
 	}
-	if len(ids) == 0 {
+	// Every settlement may change the limiter: a success or failure the circuit, a Retry-After the
+	// pause, and any other a probe's (apply), so the row of each subscriber settled (order) is read.
+	if len(order) == 0 {
 		return nil, nil
 	}
 	var changed []limiterState
 	var disabled map[string]bool
-	args := make([]any, 0, len(ids))
-	err := padded(len(ids), func(k, lo, hi int) error {
+	args := make([]any, 0, len(order))
+	err := padded(len(order), func(k, lo, hi int) error {
 		args = args[:0]
-		for _, id := range ids[lo:hi] {
+		for _, id := range order[lo:hi] {
 			args = append(args, id)
 		}
 		rows, err := s.query(ctx, tx, readLimitersSQL[k], padNulls(args, k, hi-lo, 1)...)

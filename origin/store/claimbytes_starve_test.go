@@ -15,13 +15,7 @@ import (
 // (in a daemon, until the retry died at --max-age).
 func TestClaimBudgetDoesNotStarveALargeRetryBehindItsSubscribersFirstAttempts(t *testing.T) {
 	t.Parallel()
-	s, clk := open(t, Options{})
-	mustSub(t, s, SubscriberInput{ID: "a"})
-	mustEmit(t, s, "large", "t", sizedBody(5000))
-	c := claim(t, s, clk.Now(), 10).Deliveries[0]
-	settle(t, s, clk.Now(), Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: "a", Result: ResultRetry,
-		NextAttemptAt: clk.Now().Add(30 * time.Second)})
-	clk.Advance(31 * time.Second) // the retry is due
+	s, clk := dueRetry(t, 5000)
 	var took []string
 	for i := range 10 {
 		// One small event a round: a steady, light stream.
@@ -45,13 +39,7 @@ func TestClaimBudgetDoesNotStarveALargeRetryBehindItsSubscribersFirstAttempts(t 
 // events then took first.
 func TestClaimBudgetDoesNotStarveARetryThatFits(t *testing.T) {
 	t.Parallel()
-	s, clk := open(t, Options{})
-	mustSub(t, s, SubscriberInput{ID: "a"})
-	mustEmit(t, s, "large", "t", sizedBody(3000))
-	c := claim(t, s, clk.Now(), 10).Deliveries[0]
-	settle(t, s, clk.Now(), Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: "a", Result: ResultRetry,
-		NextAttemptAt: clk.Now().Add(30 * time.Second)})
-	clk.Advance(31 * time.Second)
+	s, clk := dueRetry(t, 3000)
 	n := 0
 	emit := func() {
 		mustEmit(t, s, fmt.Sprintf("small-%d", n), "t", sizedBody(1000))
@@ -82,4 +70,18 @@ func TestClaimBudgetDoesNotStarveARetryThatFits(t *testing.T) {
 		clk.Advance(time.Second)
 	}
 	t.Fatalf("in 10 claims the due 3000-byte retry (budget 4000) was never taken: %v", took)
+}
+
+// dueRetry returns a store whose subscriber a has one delivery, of an event with a body of size
+// bytes, failed once and due again.
+func dueRetry(t *testing.T, size int) (*Store, *clock) {
+	t.Helper()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	mustEmit(t, s, "large", "t", sizedBody(size))
+	c := claim(t, s, clk.Now(), 10).Deliveries[0]
+	settle(t, s, clk.Now(), Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: "a", Result: ResultRetry,
+		NextAttemptAt: clk.Now().Add(30 * time.Second)})
+	clk.Advance(31 * time.Second)
+	return s, clk
 }

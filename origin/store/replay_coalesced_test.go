@@ -62,11 +62,11 @@ func TestAReplayedCoalescedDeliveryIsNotSentAfterANewerOne(t *testing.T) {
 	}
 }
 
-// backlogOverflow: the backlog cap dead-letters an older coalesced delivery, a newer event with
-// its key is delivered, and then the dead are put back (replay or retry): the older one is
-// superseded, not sent after the newer.
-func backlogOverflow(t *testing.T, rule *wire.CoalesceRule, replay string) {
-	ctx := context.Background()
+// overflowedCoalesced returns a store whose subscriber co (coalescing by k, backlog cap 1) has two
+// dead deliveries, of old (key a) and other (key b), and a delivered one of new (key a, newer
+// than old), a second after the delivery.
+func overflowedCoalesced(t *testing.T, rule *wire.CoalesceRule) (*Store, *clock) {
+	t.Helper()
 	s, clk := open(t, Options{BacklogCap: 1})
 	mustSub(t, s, SubscriberInput{ID: "co", Coalesce: rule})
 	mustEmit(t, s, "old", "rank", `{"k":"a","rank":3}`)
@@ -77,6 +77,15 @@ func backlogOverflow(t *testing.T, rule *wire.CoalesceRule, replay string) {
 		settle(t, s, clk.Now(), done(c, ResultDelivered))
 	}
 	clk.Advance(time.Second)
+	return s, clk
+}
+
+// backlogOverflow: the backlog cap dead-letters an older coalesced delivery, a newer event with
+// its key is delivered, and then the dead are put back (replay or retry): the older one is
+// superseded, not sent after the newer.
+func backlogOverflow(t *testing.T, rule *wire.CoalesceRule, replay string) {
+	ctx := context.Background()
+	s, clk := overflowedCoalesced(t, rule)
 	if replay == "ReplayDead" {
 		if _, err := s.ReplayDead(ctx, "co", time.Time{}, time.Time{}, clk.Now()); err != nil {
 			t.Fatal(err)
@@ -109,16 +118,7 @@ func TestReplayCountsOnlyWhatItQueued(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	rule := &wire.CoalesceRule{EventTypes: []string{"rank"}, Key: "k", WindowSeconds: 10}
-	s, clk := open(t, Options{BacklogCap: 1})
-	mustSub(t, s, SubscriberInput{ID: "co", Coalesce: rule})
-	mustEmit(t, s, "old", "rank", `{"k":"a","rank":3}`)
-	mustEmit(t, s, "other", "rank", `{"k":"b"}`) // the cap dead-letters old
-	clk.Advance(time.Second)
-	mustEmit(t, s, "new", "rank", `{"k":"a","rank":1}`) // the cap dead-letters other
-	for _, c := range claim(t, s, clk.Now(), 10).Deliveries {
-		settle(t, s, clk.Now(), done(c, ResultDelivered))
-	}
-	clk.Advance(time.Second)
+	s, clk := overflowedCoalesced(t, rule)
 	r, err := s.ReplayDead(ctx, "co", time.Time{}, time.Time{}, clk.Now())
 	if want := (Replayed{Pending: 1, Superseded: 1}); err != nil || r != want {
 		t.Fatalf("replay of old (its key has a newer event) and other: %+v (%v), want %+v; statuses now %v", r, err, want, counts(t, s, "co"))

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -344,6 +345,10 @@ func TestDev(t *testing.T) {
 			case len(f) >= 2 && f[0] == "received" && want[f[1]] > 0:
 				if !strings.Contains(line, "signature verified") {
 					t.Fatalf("a sample receiver rejected a delivery: %s", line)
+				}
+				_, data, _ := strings.Cut(line, "signature verified  ")
+				if !slices.ContainsFunc(seen, func(l string) bool { return strings.HasPrefix(l, "emit") && strings.HasSuffix(l, " "+data) }) {
+					t.Fatalf("a delivery printed before its emit: %s\n%s", line, strings.Join(seen, "\n"))
 				}
 				want[f[1]]--
 				remaining--

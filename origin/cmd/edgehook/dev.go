@@ -186,13 +186,14 @@ func runDev(ctx context.Context, out io.Writer, log *slog.Logger, listen, edgeLi
 	apiURL := serveOn(srvCtx, &servers, apiLn, apiSrv)
 	say("api       %s  (database %s: the CLI reads it with --db %s)", apiURL, global.db, global.db)
 
+	say("Deliveries appear below. Emit more with:\n  %s\nCtrl-C stops.", emitCurl(apiURL))
 	for _, e := range sampleEvents {
+		// Said before the request: a delivery may arrive, and be printed, before the emit's answer.
+		say("emit      %s %s", e.typ, e.data)
 		if err := emitSample(ctx, apiURL, e.typ, e.data); err != nil {
 			return err
 		}
-		say("emitted   %s %s", e.typ, e.data)
 	}
-	say("Deliveries appear below. Emit more with:\n  %s\nCtrl-C stops.", emitCurl(apiURL))
 	<-ctx.Done()
 	say("stopping")
 	return nil

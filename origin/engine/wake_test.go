@@ -50,6 +50,81 @@ func TestWakeSendsAResumedBacklogAtOnce(t *testing.T) {
 	expect("held", "a resume and Wake")
 }
 
+// TestANewURLIsSentToAtOnce: a subscriber's endpoint fails every delivery, until its circuit
+// opens, or its Retry-After pauses the subscriber for an hour, or with neither, each delivery
+// backed off an hour or more. The operator points the subscriber at a working endpoint (as
+// PATCH /v1/subscribers/{id} does: the update, then the engine's Wake): its deliveries go there at
+// once, with an hour's poll interval and a clock that does not move, not after the cool-down,
+// the pause or the backoff the old endpoint earned.
+func TestANewURLIsSentToAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		threshold int
+		answer    func(w http.ResponseWriter, r *recorded)
+		earned    func(st store.SubscriberStats) bool
+	}{
+		{"circuit open", 2, status(http.StatusInternalServerError), func(st store.SubscriberStats) bool { return st.CircuitOpen }},
+		{"Retry-After", 100, status(http.StatusServiceUnavailable, "Retry-After", "3600"),
+			func(st store.SubscriberStats) bool { return !st.PausedUntil.IsZero() }},
+		{"backoff", 100, status(http.StatusInternalServerError), func(st store.SubscriberStats) bool { return !st.CircuitOpen && st.PausedUntil.IsZero() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			// The backoff is an hour to two (newEnv), and the fake clock never reaches it.
+			e := newEnv(t, Config{PollInterval: time.Hour, CircuitThreshold: tc.threshold, CircuitCooldown: time.Hour,
+				CircuitMaxCooldown: time.Hour})
+			ctx := context.Background()
+			old := newSink(t, tc.answer)
+			arrived := make(chan string, 10)
+			fresh := newSink(t, func(w http.ResponseWriter, r *recorded) {
+				arrived <- r.header.Get(wire.HeaderWebhookID)
+				w.WriteHeader(http.StatusNoContent)
+			})
+			e.sub(store.SubscriberInput{ID: "a", URL: old.URL})
+			events := []string{"e1", "e2", "e3"}
+			for _, id := range events {
+				e.emit(id, "t", `{}`)
+			}
+			if err := e.eng.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer e.eng.Stop(ctx)
+			waitUntil(t, "every delivery to fail at the old URL", func() bool {
+				if len(old.received()) < len(events) {
+					return false
+				}
+				st, err := e.st.Stats(ctx, e.clk.Now())
+				if err != nil || len(st.Subscribers) != 1 {
+					return false
+				}
+				s := st.Subscribers[0]
+				return s.Counts[store.StatusPending] == 3 && s.Counts[store.StatusLeased] == 0 && tc.earned(s)
+			})
+
+			url := fresh.URL
+			if _, err := e.st.UpdateSubscriber(ctx, "a", store.SubscriberPatch{URL: &url}); err != nil {
+				t.Fatal(err)
+			}
+			e.eng.Wake()
+			got := map[string]bool{}
+			timeout := time.After(5 * time.Second)
+			for len(got) < len(events) {
+				select {
+				case id := <-arrived:
+					got[id] = true
+				case <-timeout:
+					t.Fatalf("after the URL changed, the new URL got %v within 5s, want %v (the old one got %d requests)",
+						got, events, len(old.received()))
+				}
+			}
+			if n := len(old.received()); n != 3 {
+				t.Errorf("the old URL got %d requests, want still 3", n)
+			}
+		})
+	}
+}
+
 // TestWakeRereadsActiveSubscribers: a run reads how many subscribers are active once a poll
 // interval, and again after each Wake, so one created or resumed through the API counts at once.
 func TestWakeRereadsActiveSubscribers(t *testing.T) {

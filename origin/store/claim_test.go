@@ -767,6 +767,7 @@ func TestDueQueriesUseIndexes(t *testing.T) {
 		{prunableEventsSQL, []any{1, 0, 0}, "events_created"},
 		{pendingRowsSQL("attempts = 0"), []any{1, 1, "a", 10}, "deliveries_due_first"},
 		{pendingRowsSQL("attempts > 0"), []any{1, 1, "a", 10}, "deliveries_due_retry"},
+		{dueRetriesNowSQL, []any{1, "a"}, "deliveries_due_retry"},
 		{`SELECT ` + hasFanoutSQL, []any{1, 0}, "fanouts_last"},
 		{`SELECT 1 FROM deliveries WHERE ` + diedBetweenSQL, []any{1, "a", 1, 2}, "deliveries_sub_settled"},
 	} {

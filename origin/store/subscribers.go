@@ -364,7 +364,15 @@ func (s *Store) listSubscribers(ctx context.Context, q interface {
 }
 
 // UpdateSubscriber applies patch to the subscriber's settings (validated as a whole) and returns it.
+//
+// A patch that changes the URL also drops, in the same transaction, what the old endpoint earned:
+// the Retry-After pause and the circuit breaker are reset (as by a resume), and the subscriber's
+// pending retries are due at once (dueRetriesNowSQL), so that an operator who points a failing
+// subscriber at a working endpoint does not wait for a cool-down or hours of backoff. The token
+// bucket stays: the rate is the subscriber's, not the URL's. Deliveries in flight keep their lease:
+// they were sent to the old URL, and their settlement decides what becomes of them.
 func (s *Store) UpdateSubscriber(ctx context.Context, id string, patch SubscriberPatch) (*Subscriber, error) {
+	now := ms(s.Now())
 	return s.changeSubscriber(ctx, id, func(tx *sql.Tx) error {
 		cur, err := scanSubscriber(tx.QueryRowContext(ctx, `SELECT `+subscriberColumns+` FROM subscribers WHERE id = ?`, id))
 		if errors.Is(err, sql.ErrNoRows) {
@@ -387,15 +395,23 @@ func (s *Store) UpdateSubscriber(ctx context.Context, id string, patch Subscribe
 		if _, err := tx.ExecContext(ctx, `UPDATE subscribers SET url = ?, events = ?, profile = ?, legacy_prefix = ?, mode = ?,
 			rate_per_sec = ?, burst = ?, max_in_flight = ?, timeout_ms = ?, headers = ?, coalesce = ?, updated_at = max(?, updated_at + 1) WHERE id = ?`,
 			in.URL, events, in.Profile, in.LegacyPrefix, in.Mode, in.RatePerSec, in.Burst, in.MaxInFlight, in.TimeoutMS,
-			headers, coalesce, ms(s.Now()), id); err != nil {
+			headers, coalesce, now, id); err != nil {
 			return err
 		}
 		// The bucket is first brought up to now at the old rate and burst (as spendTokens would),
 		// so that the new rate applies from now on, not to the time since the last claim; a
 		// smaller burst then clamps it at once.
 		if _, err := tx.ExecContext(ctx, `UPDATE limiter SET tokens = min(?1, ?2, tokens + ?3 * max(0, ?4 - refilled_at) / 1000.0),
-				refilled_at = max(refilled_at, ?4) WHERE subscriber_id = ?5`, in.Burst, cur.Burst, cur.RatePerSec, ms(s.Now()), id); err != nil {
+				refilled_at = max(refilled_at, ?4) WHERE subscriber_id = ?5`, in.Burst, cur.Burst, cur.RatePerSec, now, id); err != nil {
 			return err
+		}
+		if in.URL != cur.URL {
+			if err := resetPauseAndCircuit(ctx, tx, id); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, dueRetriesNowSQL, now, id); err != nil {
+				return err
+			}
 		}
 		return bumpSubscribersVersion(ctx, tx)
 	})
@@ -615,14 +631,32 @@ func (s *Store) setStateTx(ctx context.Context, tx *sql.Tx, id string, state Sta
 			WHERE subscriber_id = ?2 AND status = 'held' AND `+subSettledSQL, now, id); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE limiter SET paused_until = 0, consecutive_failures = 0, circuit = 'closed',
-			circuit_until = 0, circuit_opens = 0 WHERE subscriber_id = ?`, id)
+		err = resetPauseAndCircuit(ctx, tx, id)
 	}
 	if err != nil {
 		return err
 	}
 	return bumpSubscribersVersion(ctx, tx)
 }
+
+// resetPauseAndCircuit clears subscriber id's Retry-After pause and closes its circuit breaker,
+// forgetting its failures and openings (a resume, a new URL). The token bucket is left as it is.
+func resetPauseAndCircuit(ctx context.Context, tx *sql.Tx, id string) error {
+	_, err := tx.ExecContext(ctx, `UPDATE limiter SET paused_until = 0, consecutive_failures = 0, circuit = 'closed',
+		circuit_until = 0, circuit_opens = 0 WHERE subscriber_id = ?`, id)
+	return err
+}
+
+// dueRetriesNowSQL makes the pending retries of subscriber ?2 due at ?1 at the latest:
+// next_attempt_at = min(next_attempt_at, ?1), for a new URL (UpdateSubscriber). Only rows of
+// status 'pending' with attempts > 0 are retries waiting: a leased row is 'leased', and a fanout
+// delivery without a row (fanout.go) is a first attempt, due from its emit on. First attempts are
+// due in event order already and are left so; held, dead and delivered rows are not waiting to be
+// sent. The rows are found through deliveries_due_retry, whose condition is repeated literally,
+// from the first not yet due: the retries made due together tie on next_attempt_at, and the
+// index then orders them by seq, that is by event.
+const dueRetriesNowSQL = `UPDATE deliveries SET next_attempt_at = ?1, updated_at = ?1 WHERE seq IN (SELECT seq FROM deliveries
+	INDEXED BY deliveries_due_retry WHERE subscriber_id = ?2 AND status = 'pending' AND attempts > 0 AND next_attempt_at > ?1)`
 
 // RotateSecret adds a new current secret and makes the current ones expire after overlap (0: at
 // once). Until then deliveries carry a signature by each (see ProfileLegacy for the legacy profile).

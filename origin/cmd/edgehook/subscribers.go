@@ -38,7 +38,12 @@ func (f *subscriberFlags) register(fs *pflag.FlagSet, creating bool) {
 	if creating {
 		fs.StringVar(&f.id, "id", "", "subscriber id (default: generated)")
 	}
-	fs.StringVar(&f.url, "url", "", "endpoint URL (http or https)")
+	urlUsage := "endpoint URL (http or https)"
+	if !creating {
+		urlUsage = "new endpoint URL (http or https); a different one also resets the Retry-After pause and the circuit breaker " +
+			"and makes the pending retries due at once (a running serve sends them at its next poll)"
+	}
+	fs.StringVar(&f.url, "url", "", urlUsage)
 	fs.StringSliceVar(&f.events, "events", nil, `event patterns: "*", an exact type or "prefix.*" (comma-separated or repeated)`)
 	fs.StringVar(&f.profile, "profile", "", "signature profile: standard"+def(" (default)")+" or legacy")
 	fs.StringVar(&f.legacyPrefix, "legacy-prefix", "", "legacy profile header prefix, e.g. VVV for X-VVV-Signature")

@@ -116,8 +116,9 @@ func (s *server) until(t *testing.T, path, want string) {
 }
 
 // TestServeWakesOnAPIWrites: what an API request makes due (a resumed or re-enabled subscriber's
-// backlog, a retried or replayed dead delivery, the event of a subscriber created while the
-// engine holds every other one at its in-flight cap) is sent at once, not at the next poll.
+// backlog, a retried or replayed dead delivery, the backlog of a subscriber given a new URL, the
+// event of a subscriber created while the engine holds every other one at its in-flight cap) is
+// sent at once, not at the next poll.
 func TestServeWakesOnAPIWrites(t *testing.T) {
 	t.Parallel()
 	t.Run("resume", func(t *testing.T) {
@@ -154,6 +155,20 @@ func TestServeWakesOnAPIWrites(t *testing.T) {
 		sink.expect(t, "e1", "retrying a dead delivery")
 		srv.must(t, http.StatusOK, "POST", "/v1/subscribers/s/replay", "")
 		sink.expect(t, "e2", "replaying the dead deliveries")
+	})
+	t.Run("new URL", func(t *testing.T) {
+		t.Parallel()
+		// The old URL's one failure opens the circuit for an hour, and backs e1 off an hour or
+		// more: only the reset a new URL brings, and the wake-up of the PATCH, send it now.
+		old, fresh := newHookSink(t, http.StatusInternalServerError), newHookSink(t, http.StatusNoContent)
+		srv := startServe(t, newCLI(t), "--poll-interval", "1m", "--backoff-base", "1h", "--circuit-threshold", "1",
+			"--circuit-cooldown", "1h", "--allow-network", "127.0.0.0/8")
+		srv.must(t, http.StatusCreated, "POST", "/v1/subscribers", `{"id":"s","url":"`+old.URL+`","events":["*"]}`)
+		srv.emit(t, "e1", "a")
+		old.expect(t, "e1", "an emit")
+		srv.until(t, "/v1/stats", `"circuit_open":true`)
+		srv.must(t, http.StatusOK, "PATCH", "/v1/subscribers/s", `{"url":"`+fresh.URL+`"}`)
+		fresh.expect(t, "e1", "pointing the subscriber at a new URL")
 	})
 	t.Run("create then emit", func(t *testing.T) {
 		t.Parallel()

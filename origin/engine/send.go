@@ -276,7 +276,7 @@ func (e *Engine) do(req *http.Request, mode store.Mode) response {
 // decide turns a response into a settlement: the outcome policy of the engine.
 func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settlement {
 	sub := c.Subscriber
-	set := store.Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: sub.ID, Status: r.status}
+	set := store.Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: sub.ID, Status: r.status, Seen: sub.UpdatedAt}
 	attempt := &store.Attempt{At: now, Status: r.status, LatencyMS: r.latency.Milliseconds(), Excerpt: r.excerpt}
 	set.Attempt = attempt
 	fail := func(class, msg string, circuit bool) store.Settlement {
@@ -359,7 +359,7 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 	case s == http.StatusGone:
 		msg := "subscriber answered 410 Gone"
 		attempt.Outcome, attempt.Error, set.Error = classGone, msg, msg
-		set.Disable, set.Seen = msg, sub.UpdatedAt
+		set.Disable = msg
 		e.m.failed.WithLabelValues(sub.ID, classGone).Inc()
 		// Held with its subscriber, disabled by the settle; due after a backoff as any failure if
 		// the settle finds the subscriber changed since this send (Settlement.Seen).

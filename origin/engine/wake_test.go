@@ -181,3 +181,63 @@ func TestClaimTakesTheWakeOfWhatItClaims(t *testing.T) {
 	default:
 	}
 }
+
+// TestLateAnswersFromAReplacedURLEarnNothing: sends still out to the old URL when the operator
+// changes it (a hanging endpoint, the usual reason to change it) answer after the change: a 503
+// with an hour's Retry-After and a 500. Those answers are about the old endpoint: they neither
+// pause the subscriber nor open its circuit again (a threshold of 1 here), so the next event goes
+// to the new URL at once.
+func TestLateAnswersFromAReplacedURLEarnNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{PollInterval: time.Hour, CircuitThreshold: 1, CircuitCooldown: time.Hour, CircuitMaxCooldown: time.Hour})
+	ctx := context.Background()
+	release := make(chan struct{})
+	old := newSink(t, func(w http.ResponseWriter, r *recorded) {
+		<-release
+		if r.header.Get(wire.HeaderWebhookID) == "e1" {
+			status(http.StatusServiceUnavailable, "Retry-After", "3600")(w, r)
+			return
+		}
+		status(http.StatusInternalServerError)(w, r)
+	})
+	arrived := make(chan string, 10)
+	fresh := newSink(t, func(w http.ResponseWriter, r *recorded) {
+		arrived <- r.header.Get(wire.HeaderWebhookID)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	e.sub(store.SubscriberInput{ID: "a", URL: old.URL, TimeoutMS: 30000})
+	e.emit("e1", "t", `{}`)
+	e.emit("e2", "t", `{}`)
+	if err := e.eng.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer e.eng.Stop(ctx)
+	waitUntil(t, "both sends to hang at the old URL", func() bool { return len(old.received()) == 2 })
+
+	url := fresh.URL
+	if _, err := e.st.UpdateSubscriber(ctx, "a", store.SubscriberPatch{URL: &url}); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	waitUntil(t, "the late answers to be settled", func() bool {
+		st, err := e.st.Stats(ctx, e.clk.Now())
+		return err == nil && len(st.Subscribers) == 1 && st.Subscribers[0].Counts[store.StatusPending] == 2
+	})
+	st, err := e.st.Stats(ctx, e.clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := st.Subscribers[0]; s.CircuitOpen || !s.PausedUntil.IsZero() {
+		t.Errorf("after late answers from the replaced URL: circuit open %v, paused until %v; want closed and not paused", s.CircuitOpen, s.PausedUntil)
+	}
+	e.emit("e3", "t", `{}`)
+	e.eng.Wake()
+	select {
+	case id := <-arrived:
+		if id != "e3" {
+			t.Errorf("the new URL got %q first, want e3 (e1 and e2 back off an hour)", id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the event emitted after the change did not reach the new URL within 5s")
+	}
+}

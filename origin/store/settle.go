@@ -71,9 +71,11 @@ type Settlement struct {
 	// Subscriber effects.
 	PauseUntil time.Time // Retry-After on 429/503: the whole subscriber waits until then
 	Disable    string    // non-empty: disable the subscriber with this reason (410)
-	// Seen is the subscriber's UpdatedAt as the send saw it. A Disable applies only if the
-	// subscriber is unchanged since: a 410 from a URL the operator has replaced, or to a send made
-	// before a resume, must not undo the fix (the delivery is then an ordinary failure).
+	// Seen is the subscriber's UpdatedAt as the send saw it (zero: not known, taken as current).
+	// A send made before the subscriber's last change (a new URL, a resume) says nothing of it
+	// as it is now: its Disable, PauseUntil and Circuit are not applied, so that a late 410,
+	// Retry-After or timeout from a URL the operator has replaced does not undo the fix (the
+	// delivery itself is settled as asked; a 410 is then an ordinary failure).
 	Seen    time.Time
 	Circuit CircuitEffect
 }
@@ -643,7 +645,8 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 		for rows.Next() {
 			var st limiterState
 			var isDisabled bool
-			if err := rows.Scan(&st.ID, &st.Failures, &st.Circuit, &st.Until, &st.Opens, &st.Paused, &isDisabled); err != nil {
+			var updated int64
+			if err := rows.Scan(&st.ID, &st.Failures, &st.Circuit, &st.Until, &st.Opens, &st.Paused, &isDisabled, &updated); err != nil {
 				return err
 			}
 			if isDisabled {
@@ -652,7 +655,7 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 				}
 				disabled[st.ID] = true
 			}
-			if next := st.apply(bySub[st.ID], now, policy); next != st {
+			if next := st.apply(bySub[st.ID], updated, now, policy); next != st {
 				changed = append(changed, next)
 				if c, ok := circuitChange(st, next); ok {
 					out.Circuits = append(out.Circuits, c)
@@ -673,6 +676,10 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 	return disabled, err
 }
 
+// stale tells whether the send was made to the subscriber as it was before its last change
+// (updated: its updated_at now; see Seen).
+func (it *Settlement) stale(updated int64) bool { return !it.Seen.IsZero() && ms(it.Seen) != updated }
+
 // disableUnchanged disables subscriber id for it's 410 if the subscriber is active and unchanged
 // since the send saw it (it.Seen; every change moves updated_at on), and tells whether it did.
 // A deleted subscriber has nothing to disable.
@@ -680,7 +687,7 @@ func (s *Store) disableUnchanged(ctx context.Context, tx *sql.Tx, id string, it 
 	var updated int64
 	var state State
 	err := tx.QueryRowContext(ctx, `SELECT updated_at, state FROM subscribers WHERE id = ?`, id).Scan(&updated, &state)
-	if errors.Is(err, sql.ErrNoRows) || err == nil && (updated != ms(it.Seen) || state != StateActive) {
+	if errors.Is(err, sql.ErrNoRows) || err == nil && (it.stale(updated) || state != StateActive) {
 		return false, nil
 	}
 	if err != nil {
@@ -706,22 +713,28 @@ func circuitChange(was, now limiterState) (CircuitChange, bool) {
 // readLimitersSQL reads the limiter rows of the subscribers bound (padded with NULLs).
 var readLimitersSQL = chunkSQL(1, func(values string) string {
 	return `SELECT l.subscriber_id, l.consecutive_failures, l.circuit, l.circuit_until, l.circuit_opens, l.paused_until,
-		s.state = 'disabled' FROM limiter l JOIN subscribers s ON s.id = l.subscriber_id WHERE l.subscriber_id IN (` + values + `)`
+		s.state = 'disabled', s.updated_at FROM limiter l JOIN subscribers s ON s.id = l.subscriber_id WHERE l.subscriber_id IN (` + values + `)`
 })
 
-// apply folds a subscriber's settlements, in order, into its limiter state.
-func (st limiterState) apply(items []*Settlement, now time.Time, policy CircuitPolicy) limiterState {
+// apply folds a subscriber's settlements, in order, into its limiter state; updated is the
+// subscriber's updated_at, before which a send's news is stale (Settlement.Seen).
+func (st limiterState) apply(items []*Settlement, updated int64, now time.Time, policy CircuitPolicy) limiterState {
 	for _, it := range items {
-		st.Paused = max(st.Paused, ms(it.PauseUntil))
+		effect := it.Circuit
+		if it.stale(updated) {
+			effect = CircuitNone
+		} else {
+			st.Paused = max(st.Paused, ms(it.PauseUntil))
+		}
 		// While the circuit probes, its probe is the subscriber's one delivery in flight (the
 		// claim takes it only with none). Settled with no news of the subscriber's health
 		// (released or dead unsent, throttled with Retry-After, rescheduled by the edge, the
 		// edge's duplicate, an address refused), the next claim may probe again, once a pause
 		// allows, not only once the first probe's lease would have ended (circuit_until).
-		if it.Circuit == CircuitNone && st.Circuit == "probing" {
+		if effect == CircuitNone && st.Circuit == "probing" {
 			st.Until = min(st.Until, ms(now))
 		}
-		switch it.Circuit {
+		switch effect {
 		case CircuitSuccess:
 			st.Failures, st.Circuit, st.Until, st.Opens = 0, "closed", 0, 0
 		case CircuitFailure:

@@ -579,6 +579,11 @@ func (s *Store) pruneDelivered(ctx context.Context, tx *sql.Tx, cutoff, end int6
 // pruneChunk bounds one prune transaction, so other writers are not blocked for long.
 const pruneChunk = 2000
 
+// pruneBodyBytes bounds the event bodies one prune transaction deletes, besides pruneChunk:
+// SQLite reads every page of a body to free it (about 1 ms per MiB), so 2,000 bodies of 1 MiB held
+// the write lock for 2 s, and larger ones past the busy timeout of the emits waiting for it.
+const pruneBodyBytes = 32 << 20
+
 // prunableEventsSQL reads the next pruneChunk events older than ?1 past the key (?2, ?3) of
 // (created_at, seq), in that order through events_created, each with whether it can go: no
 // delivery needs it, a row or not. A delivery leased as part of a range (migration 0011) has no
@@ -586,19 +591,23 @@ const pruneChunk = 2000
 // lease with one seek of the event's fanout's members (the fanout read there, so the walk stays
 // on its covering index). Not through leased_deliveries: it walks every
 // fanout of every lease's subscriber, and with the range of a subscriber lagging more than the
-// retention, it made prune's transactions hold the write lock for seconds.
-var prunableEventsSQL = `SELECT seq, created_at, NOT EXISTS (SELECT 1 FROM deliveries d WHERE ` + eventRowsSQL("d", "e.seq") + `)
+// retention, it made prune's transactions hold the write lock for seconds. The body's length is
+// read for the events that can go alone, each with a seek of the table.
+var prunableEventsSQL = `SELECT seq, created_at, prunable, CASE WHEN prunable THEN (SELECT octet_length(body) FROM events x WHERE x.seq = p.seq) ELSE 0 END
+	FROM (SELECT seq, created_at, NOT EXISTS (SELECT 1 FROM deliveries d WHERE ` + eventRowsSQL("d", "e.seq") + `)
 		AND NOT EXISTS (SELECT 1 FROM fanout_deliveries f WHERE f.event_seq = e.seq)
 		AND NOT ` + inLeasedRangeSQL("e.seq", `EXISTS (SELECT 1 FROM fanout_members m
-			WHERE m.fanout = (SELECT fanout FROM events x WHERE x.seq = e.seq) AND m.ordinal = ls.ordinal)`) + `
+			WHERE m.fanout = (SELECT fanout FROM events x WHERE x.seq = e.seq) AND m.ordinal = ls.ordinal)`) + ` AS prunable
 	FROM events e INDEXED BY events_created WHERE created_at < ?1 AND (created_at, seq) > (?2, ?3)
-	ORDER BY created_at, seq LIMIT ` + strconv.Itoa(pruneChunk)
+	ORDER BY created_at, seq LIMIT ` + strconv.Itoa(pruneChunk) + `) AS p ORDER BY created_at, seq`
 
 // pruneEvents deletes the events no delivery needs among the next pruneChunk older than cutoff
-// past *after, moves *after to the last it read, and returns how many it read. Each transaction
-// starts where the last stopped: the events still needed (a paused subscriber's backlog) are read
-// once per prune, not once per transaction: 100,000 of them made a prune of 200,000 others take
-// 26–28 s, each transaction holding the write lock about 0.3 s; read once, 4–5 s.
+// past *after, moves *after to the last it read, and returns how many it read. An event it deletes
+// counts once more for each pruneBodyBytes/pruneChunk bytes of its body, and it stops reading at
+// pruneChunk, so large bodies are deleted a few at a time. Each transaction starts where the last
+// stopped: the events still needed (a paused subscriber's backlog) are read once per prune, not
+// once per transaction: 100,000 of them made a prune of 200,000 others take 26–28 s, each
+// transaction holding the write lock about 0.3 s; read once, 4–5 s.
 func (s *Store) pruneEvents(ctx context.Context, tx *sql.Tx, cutoff int64, after *[2]int64) (int64, error) {
 	rows, err := s.query(ctx, tx, prunableEventsSQL, cutoff, after[0], after[1])
 	if err != nil {
@@ -606,16 +615,16 @@ func (s *Store) pruneEvents(ctx context.Context, tx *sql.Tx, cutoff int64, after
 	}
 	var n int64
 	var unneeded []int64
-	for rows.Next() {
-		var seq, created int64
+	for n < pruneChunk && rows.Next() {
+		var seq, created, size int64
 		var prunable bool
-		if err := rows.Scan(&seq, &created, &prunable); err != nil {
+		if err := rows.Scan(&seq, &created, &prunable, &size); err != nil {
 			rows.Close()
 			return 0, err
 		}
 		*after, n = [2]int64{created, seq}, n+1
 		if prunable {
-			unneeded = append(unneeded, seq)
+			unneeded, n = append(unneeded, seq), n+size/(pruneBodyBytes/pruneChunk)
 		}
 	}
 	rows.Close()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"time"
@@ -27,6 +28,11 @@ type engineFlags struct {
 // largest --body-limit (25 GiB by default), and than the memory of the hosts edgehook is for.
 const minBodyBudget, maxBodyBudget = 1 << 20, 64 << 30
 
+// maxWorkers bounds --workers: the engine sizes its queues by it (416 bytes a worker) before it
+// sends anything, so a typo of a few digits ended in Go's out-of-memory crash. It is 100
+// subscribers at the largest max_in_flight.
+const maxWorkers = 100 * store.MaxMaxInFlight
+
 // minPollInterval bounds how often an idle engine polls: at 1ns it kept a core busy, at 10ms
 // it takes a few percent of one.
 const minPollInterval = 10 * time.Millisecond
@@ -37,7 +43,7 @@ var engineSettings = []string{"workers", "batch-size", "body-budget", "poll-inte
 
 func (f *engineFlags) register(fs *pflag.FlagSet) {
 	c := &f.cfg
-	fs.IntVar(&c.Workers, "workers", engine.DefaultWorkers, "concurrent sends")
+	fs.IntVar(&c.Workers, "workers", engine.DefaultWorkers, fmt.Sprintf("concurrent sends (1 to %d)", maxWorkers))
 	fs.IntVar(&c.BatchSize, "batch-size", engine.DefaultBatchSize, "deliveries claimed per transaction at most")
 	f.bodyBudget = engine.DefaultBodyBudget
 	fs.Var(&f.bodyBudget, "body-budget", "event body bytes the deliveries in flight hold in memory at most; a larger body is sent alone (1MiB to 64GiB)")
@@ -83,6 +89,8 @@ func (f *engineFlags) config() (engine.Config, error) {
 		}
 	}
 	switch {
+	case c.Workers > maxWorkers:
+		return c, usagef("--workers: %d is above %d", c.Workers, maxWorkers)
 	case f.bodyBudget < minBodyBudget || f.bodyBudget > maxBodyBudget:
 		return c, usagef("--body-budget: %s is outside %s to %s", f.bodyBudget, config.ByteSize(minBodyBudget), config.ByteSize(maxBodyBudget))
 	case c.PollInterval < minPollInterval:

@@ -1,0 +1,28 @@
+package main_test
+
+import (
+	"strings"
+	"testing"
+)
+
+// badSetting runs a command that must stop at once with a usage error: exit 2 and one line on
+// stderr naming want.
+func badSetting(t *testing.T, c *cli, want string, args ...string) {
+	t.Helper()
+	r := c.run(args...)
+	line := strings.TrimSuffix(r.stderr, "\n")
+	if r.code != 2 || strings.Contains(line, "\n") || !strings.HasPrefix(line, "edgehook: ") || !strings.Contains(line, want) {
+		t.Errorf("edgehook %s: exit %d, stderr %q; want exit 2 and one line naming %q", strings.Join(args, " "), r.code, r.stderr, want)
+	}
+}
+
+// TestHugeWorkersIsAUsageError: the engine sizes its queues by --workers before it sends
+// anything, so a typo of a few digits crashed drain and serve with Go's out-of-memory error and a
+// goroutine dump instead of naming the setting.
+func TestHugeWorkersIsAUsageError(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	badSetting(t, c, "--workers", "drain", "--for", "1s", "--workers", "1000000000000")
+	c.env = []string{"EDGEHOOK_WORKERS=1000000000000"}
+	badSetting(t, c, "--workers (from EDGEHOOK_WORKERS)", "serve", "--listen", "127.0.0.1:0")
+}

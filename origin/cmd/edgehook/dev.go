@@ -71,8 +71,15 @@ delivery as it arrives, and runs until Ctrl-C; emit more with curl against --lis
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// dev's API has no token, so it stays on loopback as serve's does without one.
-			if host, _, err := net.SplitHostPort(listen); err != nil || !isLoopback(host) {
+			host, err := checkHostPort("--listen", listen)
+			if err != nil {
+				return err
+			}
+			if !isLoopback(host) {
 				return usagef("--listen: %q is not a loopback host:port; dev serves the API without a token", listen)
+			}
+			if _, err := checkHostPort("--edge-listen", edgeListen); err != nil {
+				return err
 			}
 			log, err := newLogger(os.Stderr)
 			if err != nil {

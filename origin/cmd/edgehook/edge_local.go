@@ -46,6 +46,9 @@ func (f *edgeLocalFlags) harnessConfig() (harness.Config, error) {
 	if err != nil {
 		return harness.Config{}, usagef("--edge-secret: %v", err)
 	}
+	if _, err := checkHostPort("--listen", f.listen); err != nil {
+		return harness.Config{}, err
+	}
 	rc := relay.Config{Secrets: secrets, Tolerance: f.tolerance, DedupTTL: f.dedupTTL, MaxBody: int64(f.maxBody)}
 	switch {
 	case f.tolerance < time.Second || f.tolerance%time.Second != 0:

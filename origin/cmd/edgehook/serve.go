@@ -59,12 +59,9 @@ Listening on anything but a loopback address requires at least one --token.`,
 
 // checkServe validates serve's settings; the API must not be open to a network without a token.
 func checkServe() error {
-	host, port, err := net.SplitHostPort(serveFlags.listen)
-	if err == nil {
-		_, err = net.LookupPort("tcp", port)
-	}
+	host, err := checkHostPort("--listen", serveFlags.listen)
 	if err != nil {
-		return usagef("--listen: %q is not host:port: %v", serveFlags.listen, err)
+		return err
 	}
 	for _, t := range serveFlags.tokens {
 		if strings.TrimSpace(t) == "" || strings.ContainsAny(t, " \t\r\n") {
@@ -78,6 +75,19 @@ func checkServe() error {
 		return usagef("--batch-body-limit: %s is below --body-limit %s", serveFlags.batchBodyLimit, global.bodyLimit)
 	}
 	return nil
+}
+
+// checkHostPort returns the host of addr, the value of flag, or a usage error if addr is not
+// host:port: checked with the other settings, before a command loads anything.
+func checkHostPort(flag, addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return "", usagef("%s: %q is not host:port: %v", flag, addr, err)
+	}
+	return host, nil
 }
 
 // isLoopback reports whether host names only loopback addresses. An empty host means every

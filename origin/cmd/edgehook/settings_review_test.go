@@ -26,3 +26,16 @@ func TestHugeWorkersIsAUsageError(t *testing.T) {
 	c.env = []string{"EDGEHOOK_WORKERS=1000000000000"}
 	badSetting(t, c, "--workers (from EDGEHOOK_WORKERS)", "serve", "--listen", "127.0.0.1:0")
 }
+
+// TestListenAddressesAreCheckedAlike: serve refuses a --listen that is not host:port as a usage
+// error naming it. dev's two addresses failed only when bound, with exit 1; edge local's once the
+// relay module had been loaded (or not found), with exit 1 and without naming the flag.
+func TestListenAddressesAreCheckedAlike(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	badSetting(t, c, "--listen", "edge", "local", "--kv", "kv.json", "--edge-secret", secret, "--listen", "nonsense")
+	badSetting(t, c, "--listen", "edge", "local", "--kv", "kv.json", "--edge-secret", secret, "--listen", "127.0.0.1:99999")
+	badSetting(t, c, "--listen", "dev", "--listen", "127.0.0.1:99999", "--edge-listen", "127.0.0.1:0")
+	badSetting(t, c, "--edge-listen", "dev", "--listen", "127.0.0.1:0", "--edge-listen", "nonsense")
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"time"
 
@@ -31,11 +32,16 @@ func (f *edgeLocalFlags) register(cmd *cobra.Command) {
 	fs.DurationVar(&f.dedupTTL, "dedup-ttl", relay.DefaultDedupTTL, "how long a delivery acknowledged with a 2xx is remembered")
 	f.maxBody = relay.DefaultMaxBody
 	fs.Var(&f.maxBody, "max-body", "largest request body the edge accepts")
-	fs.IntVar(&f.instances, "instances", harness.DefaultPool, "module instances, i.e. requests relayed at once")
+	fs.IntVar(&f.instances, "instances", harness.DefaultPool, fmt.Sprintf("module instances, i.e. requests relayed at once (1 to %d)", maxInstances))
 	fs.StringSliceVar(&f.allowNetworks, "allow-network", nil, allowNetworkUsage)
 	config.Mark(fs, "edge-secret", "allow-network")
 	config.MarkSecret(fs, "edge-secret")
 }
+
+// maxInstances bounds --instances: every instance is created at start and holds about 6 MB, so a
+// typo of a few digits took all the machine's memory before the kernel killed the process. 1,024
+// is four times the origin's default --workers, about 6 GB.
+const maxInstances = 1024
 
 // harnessConfig checks the flags, naming the one at fault, and builds the harness configuration.
 func (f *edgeLocalFlags) harnessConfig() (harness.Config, error) {
@@ -59,8 +65,8 @@ func (f *edgeLocalFlags) harnessConfig() (harness.Config, error) {
 		return harness.Config{}, usagef("--dedup-ttl: %s is below --tolerance %s: a replayed delivery would be forwarded again", f.dedupTTL, f.tolerance)
 	case f.maxBody < 1 || f.maxBody > relay.MaxMaxBody:
 		return harness.Config{}, usagef("--max-body: %s is outside 1B to %s", f.maxBody, config.ByteSize(relay.MaxMaxBody))
-	case f.instances < 1:
-		return harness.Config{}, usagef("--instances: %d; at least 1 is required", f.instances)
+	case f.instances < 1 || f.instances > maxInstances:
+		return harness.Config{}, usagef("--instances: %d is outside 1 to %d", f.instances, maxInstances)
 	}
 	allow, err := parseNetworks(f.allowNetworks)
 	if err != nil {

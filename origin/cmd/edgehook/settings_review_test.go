@@ -39,3 +39,11 @@ func TestListenAddressesAreCheckedAlike(t *testing.T) {
 	badSetting(t, c, "--listen", "dev", "--listen", "127.0.0.1:99999", "--edge-listen", "127.0.0.1:0")
 	badSetting(t, c, "--edge-listen", "dev", "--listen", "127.0.0.1:0", "--edge-listen", "nonsense")
 }
+
+// TestHugeInstancesIsAUsageError: edge local creates every module instance at start, each about
+// 6 MB: --instances 100000000 took all the machine's memory until the kernel killed it.
+func TestHugeInstancesIsAUsageError(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	badSetting(t, c, "--instances", "edge", "local", "--kv", "kv.json", "--edge-secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "--instances", "100000000")
+}

@@ -29,6 +29,7 @@ func init() {
 }
 
 func main() {
+	initCompletionCmd()
 	ctx := stopOnSignals()
 	cmd, err := rootCmd.ExecuteContextC(ctx)
 	if err != nil {

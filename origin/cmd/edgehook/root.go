@@ -75,6 +75,9 @@ func init() {
 // loadSettings fills the flags the command line left unset from the environment and the config
 // file, then checks the global ones.
 func loadSettings(cmd *cobra.Command, _ []string) error {
+	if name := cmd.Name(); name == cobra.ShellCompRequestCmd || name == cobra.ShellCompNoDescRequestCmd {
+		return nil // completing a command line reads no settings, and the shell hides this error
+	}
 	path := global.configPath
 	if !cmd.Flags().Changed("config") {
 		path = os.Getenv(config.ConfigEnv)
@@ -211,6 +214,19 @@ func runGroup(cmd *cobra.Command, args []string) error {
 		return usagef("unknown command %q for %q", args[0], cmd.CommandPath())
 	}
 	return cmd.Help()
+}
+
+// initCompletionCmd adds cobra's completion command now, which Execute would add later, to give
+// it what the other groups and help have: a word that names no shell is a usage error (cobra
+// printed the help and exited 0), and, as it reads no settings, a bad one does not stop it.
+func initCompletionCmd() {
+	rootCmd.InitDefaultCompletionCmd()
+	for _, c := range rootCmd.Commands() {
+		if c.Name() == "completion" {
+			c.Args, c.RunE = cobra.ArbitraryArgs, runGroup
+			c.PersistentPreRunE = func(*cobra.Command, []string) error { return nil }
+		}
+	}
 }
 
 // helpCmd replaces cobra's help command, which answered a topic that is no command (`edgehook

@@ -47,3 +47,20 @@ func TestHugeInstancesIsAUsageError(t *testing.T) {
 	c := newCLI(t)
 	badSetting(t, c, "--instances", "edge", "local", "--kv", "kv.json", "--edge-secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "--instances", "100000000")
 }
+
+// TestCompletionIsAGroupAndReadsNoSettings: cobra's completion command answered a shell it does
+// not know with its help and exit 0, as the other groups did before runGroup; and, like version
+// and help, it reads no settings, so a broken config file must not break a shell's completion.
+func TestCompletionIsAGroupAndReadsNoSettings(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	badSetting(t, c, `unknown command "tcsh"`, "completion", "tcsh")
+	c.env = []string{"EDGEHOOK_CONFIG=missing.json", "EDGEHOOK_DB="}
+	if r := c.run("completion", "bash"); r.code != 0 || r.stderr != "" || !strings.Contains(r.stdout, "bash completion") {
+		t.Errorf("completion bash with a broken config: exit %d, stderr %q; want exit 0 and the script", r.code, r.stderr)
+	}
+	// What the shell runs at each tab, its stderr hidden: the words, then ":" and a directive.
+	if r := c.run("__complete", "subscr"); r.code != 0 || !strings.HasPrefix(r.stdout, "subscribers\t") {
+		t.Errorf("__complete subscr with a broken config: exit %d, stdout %q, stderr %q; want exit 0 and the subscribers command", r.code, r.stdout, r.stderr)
+	}
+}

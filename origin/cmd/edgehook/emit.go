@@ -25,6 +25,9 @@ a running serve or the next drain sends them. The data is the webhook body, byte
   some-command | edgehook emit --type report.ready --data-file -`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if in.ID == "" && cmd.Flags().Changed("id") { // `--id "$ID"`, ID unset: each retry would store the event again
+				return usagef("--id: must not be empty (leave the flag out to have one generated)")
+			}
 			body, err := eventData(cmd, data, dataFile)
 			if err != nil {
 				return err

@@ -88,16 +88,17 @@ func (f *subscriberFlags) parsedHeaders() (map[string]string, error) {
 	return h, nil
 }
 
-// checkGiven refuses a 0 given to --rate, --burst or --max-in-flight, or an empty --profile or
-// --mode, which the store would take as "the default" (resetting a subscriber's setting on update:
-// `--mode "$MODE"` with MODE unset would move an edge subscriber to direct), and a --timeout
-// outside the range the subscriber record allows (below 1ms it would also read as 0).
+// checkGiven refuses a 0 given to --rate, --burst or --max-in-flight, or an empty --id, --profile
+// or --mode, which the store would take as "the default" (resetting a subscriber's setting on
+// update: `--mode "$MODE"` with MODE unset would move an edge subscriber to direct; and a re-run
+// `add --id "$ID"` would add another subscriber, not fail on the first), and a --timeout outside
+// the range the subscriber record allows (below 1ms it would also read as 0).
 func (f *subscriberFlags) checkGiven(fs *pflag.FlagSet) error {
 	for _, z := range []struct {
 		name, zero string
 		isZero     bool
 	}{{"rate", "0", f.rate == 0}, {"burst", "0", f.burst == 0}, {"max-in-flight", "0", f.maxInFlight == 0},
-		{"profile", "empty", f.profile == ""}, {"mode", "empty", f.mode == ""}} {
+		{"id", "empty", f.id == ""}, {"profile", "empty", f.profile == ""}, {"mode", "empty", f.mode == ""}} {
 		if fs.Changed(z.name) && z.isZero {
 			return usagef("--%s: must not be %s (leave the flag out instead)", z.name, z.zero)
 		}

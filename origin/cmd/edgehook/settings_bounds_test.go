@@ -64,3 +64,16 @@ func TestCompletionIsAGroupAndReadsNoSettings(t *testing.T) {
 		t.Errorf("__complete subscr with a broken config: exit %d, stdout %q, stderr %q; want exit 0 and the subscribers command", r.code, r.stdout, r.stderr)
 	}
 }
+
+// TestAnEmptyIDIsRefused: an --id given empty (`--id "$ID"` with ID unset) took a generated id, so
+// a script retrying an emit stored the event once per try instead of once, and re-running a
+// provisioning script added the subscriber again instead of failing on the existing one.
+func TestAnEmptyIDIsRefused(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	badSetting(t, c, "--id", "emit", "--id", "", "--type", "a.b", "--data", "1")
+	badSetting(t, c, "--id", "subscribers", "add", "--id", "", "--url", "https://x.example", "--events", "*")
+	if out := c.ok("stats", "--json"); !strings.Contains(out, `"depth": 0`) || !strings.Contains(out, `"subscribers": []`) {
+		t.Errorf("something was stored: %s", out)
+	}
+}

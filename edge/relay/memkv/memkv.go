@@ -17,7 +17,14 @@ type Store struct {
 	clock relay.Clock
 	mu    sync.Mutex
 	items map[string]item
+	// sweepAt is the size at which Put next drops expired items: a dedup mark's key is never
+	// read again, so expiring only on lookup would keep every mark a long-running edge ever wrote.
+	// Twice the size after each sweep, so sweeps cost O(1) per Put.
+	sweepAt int
 }
+
+// minSweep is the smallest sweepAt.
+const minSweep = 1024
 
 type item struct {
 	value   string
@@ -46,8 +53,17 @@ func (s *Store) Put(_ context.Context, key, value string, ttl time.Duration) err
 		it.expires = s.clock.Now().Add(ttl)
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.items[key] = it
-	s.mu.Unlock()
+	if len(s.items) >= s.sweepAt {
+		now := s.clock.Now()
+		for k, it := range s.items {
+			if !it.expires.IsZero() && !now.Before(it.expires) {
+				delete(s.items, k)
+			}
+		}
+		s.sweepAt = max(2*len(s.items), minSweep)
+	}
 	return nil
 }
 

@@ -291,10 +291,10 @@ func (r *Relay) forward(ctx context.Context, a *Scratch, req *Request, hop *sign
 		Header: append(a.fields[:0], Field{keyOutcome, string(wire.OutcomeForwarded)}, Field{keyUpstreamLatency, latency}),
 		Body:   excerpt(up.Body),
 	}
-	if ra, _ := up.Header.lookupLower(keyRetryAfter); ra != "" {
+	if ra, _ := up.Header.lookupLower(keyRetryAfter); ra != "" && len(ra) <= maxRelayedValue {
 		resp.Header = append(resp.Header, Field{keyRetryAfter, ra})
 	}
-	if ct, _ := up.Header.lookupLower(keyContentType); ct != "" && len(resp.Body) > 0 {
+	if ct, _ := up.Header.lookupLower(keyContentType); ct != "" && len(ct) <= maxRelayedValue && len(resp.Body) > 0 {
 		resp.Header = append(resp.Header, Field{keyContentType, ct})
 	}
 	if up.Status < 200 || up.Status > 299 {
@@ -320,6 +320,12 @@ func (r *Relay) forward(ctx context.Context, a *Scratch, req *Request, hop *sign
 	}
 	return resp
 }
+
+// maxRelayedValue bounds the subscriber's Retry-After and Content-Type the edge relays; no valid
+// Retry-After (at most 33 bytes) or usual media type comes near. Relaying any length, a subscriber
+// whose head just fits wire.MaxAnswerHeaderBytes made an edge answer the origin cannot read, taken
+// for an edge fault: an attempt not counted, and the operator blamed for the subscriber's answer.
+const maxRelayedValue = 256
 
 // dedupTTL is how long the mark of an acknowledged hop lives: DedupTTL, or longer for a hop from
 // an origin whose clock is ahead. A hop is accepted while its timestamp is within Tolerance of the

@@ -104,7 +104,7 @@ func strictUnmarshal(body []byte, v any) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return errorf(http.StatusBadRequest, CodeBadRequest, "", "unexpected data after the JSON value")
 	}
-	return nil
+	return markEmptyIDs(body, v)
 }
 
 // bodySubject names the whole decoded value in an error, where no field is at fault.

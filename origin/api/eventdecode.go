@@ -4,7 +4,7 @@ import "github.com/edgehook/edgehook/shared/wire"
 
 // decodeEventFast decodes the plain shape of a single event — one object with the keys id, type,
 // data and coalesce_key spelled exactly, each at most once, string values without escapes or
-// non-ASCII bytes — in one pass over the body, data validated on the way (wire.CutJSON, whose proof spares the store a second look),
+// non-ASCII bytes, an id not empty — in one pass over the body, data validated on the way (wire.CutJSON, whose proof spares the store a second look),
 // instead of encoding/json's three passes and reflection. It reports false, leaving r alone, for
 // anything else, and the caller then decodes with encoding/json: every input it accepts decodes
 // there to the same EventRequest, and every error still comes from encoding/json
@@ -98,7 +98,7 @@ func eventObject(b []byte, i, depth int) (EventRequest, int, bool) {
 		seen[n] = true
 		if field != nil {
 			v, j, ok := plainString(b, i)
-			if !ok {
+			if !ok || n == 0 && len(v) == 0 { // "id": "" is refused, not generated: the fallback tells it from none
 				return out, 0, false
 			}
 			*field, i = string(v), j

@@ -134,6 +134,7 @@ func FuzzEventFastPath(f *testing.F) {
 		`{"type":"a\u0062","data":1}`, `{"type":"é","data":1}`, `{"type":7,"data":1}`, `{"type":null,"data":1}`,
 		`{"type":"a","data":tru}`, `{"type":"a","data":"\xff"}`, `{"type":"a","data":{"a":1}`, `{}`, ``, `[]`,
 		`{"type":"a","data":01}`, `{"type":"a","data":-}`, `{"type":"a","data":"a\\"}`, `{"type":"a",}`,
+		`{"id":"","type":"a","data":1}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -142,6 +143,10 @@ func FuzzEventFastPath(f *testing.F) {
 		if _, ok := api.DecodeEventFast([]byte(s)); !ok {
 			f.Fatalf("the fast path declined %q", s)
 		}
+	}
+	// An empty id must not: encoding/json's path tells it from an absent one, and refuses it.
+	if _, ok := api.DecodeEventFast([]byte(`{"id":"","type":"a","data":1}`)); ok {
+		f.Fatal(`the fast path took "id": ""`)
 	}
 	fuzzAgainstJSON(f, api.DecodeEventFast, sameEvent)
 }
@@ -181,6 +186,7 @@ func FuzzBatchFastPath(f *testing.F) {
 		` { "events" : [ { "type" : "a" , "data" : 1 } ] } `, `{"events":[]}`, `{"events":null}`, `{"events":[{}]}`,
 		`{"events":[{"type":"a","data":1}],"events":[]}`, `{"Events":[{"type":"a","data":1}]}`, `{"events":[{"type":"a","data":1},]}`,
 		`{"events":[{"type":"a","data":1}]} x`, `{"events":[{"type":"a","data":1}}`, `{"events":[1]}`, `{}`, `[]`, ``,
+		`{"events":[{"type":"a","data":1},{"id":"","type":"a","data":1}]}`,
 	} {
 		f.Add([]byte(s))
 	}

@@ -26,6 +26,7 @@ type EventRequest struct {
 	CoalesceKey string          `json:"coalesce_key,omitempty"`
 
 	checked wire.CheckedJSON // Data as the fast decoder validated it, handed on to the store
+	emptyID bool             // "id": "" was sent (markEmptyIDs), which input refuses
 }
 
 // BatchRequest is POST /v1/events/batch: up to MaxBatch events, written all or none.
@@ -41,6 +42,11 @@ type BatchResult struct {
 // input checks what the store cannot see (data present) and converts; field prefixes the field
 // names for a batch ("events[3].").
 func (r *EventRequest) input(field string) (store.EmitInput, error) {
+	// Generating an id for an empty one ({"id":"$ID"} with ID unset) would store the event again
+	// at every retry: its idempotency key silently lost.
+	if r.emptyID {
+		return store.EmitInput{}, &wire.FieldError{Field: field + "id", Err: errors.New("must not be empty; leave the field out to have one generated")}
+	}
 	if len(r.Data) == 0 {
 		return store.EmitInput{}, &wire.FieldError{Field: field + "data", Err: errRequired}
 	}
@@ -210,6 +216,41 @@ type ReplayResult struct {
 // NewReplayResult is the answer for the store's r.
 func NewReplayResult(r store.Replayed) ReplayResult {
 	return ReplayResult{Replayed: r.Pending, Held: r.Held, Superseded: r.Superseded}
+}
+
+// givenID reads whether an event's id was sent, which EventRequest's string cannot tell: "id": ""
+// decodes as no id does.
+type givenID struct {
+	ID *string `json:"id"`
+}
+
+// markEmptyIDs flags the events of v, decoded from body by encoding/json, that were sent with
+// "id": "". Only a request with an event without an id is read again: the fast decoders decline an
+// empty id, so this is off the usual path.
+func markEmptyIDs(body []byte, v any) error {
+	switch r := v.(type) {
+	case *EventRequest:
+		if r.ID == "" {
+			var g givenID
+			if err := json.Unmarshal(body, &g); err != nil {
+				return jsonError(err)
+			}
+			r.emptyID = g.ID != nil
+		}
+	case *BatchRequest:
+		if slices.ContainsFunc(r.Events, func(e EventRequest) bool { return e.ID == "" }) {
+			var g struct {
+				Events []givenID `json:"events"`
+			}
+			if err := json.Unmarshal(body, &g); err != nil {
+				return jsonError(err)
+			}
+			for i := range g.Events {
+				r.Events[i].emptyID = g.Events[i].ID != nil && *g.Events[i].ID == ""
+			}
+		}
+	}
+	return nil
 }
 
 var errRequired = errors.New("is required")

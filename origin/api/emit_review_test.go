@@ -1,0 +1,61 @@
+package api_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/edgehook/edgehook/origin/api"
+)
+
+// TestAnEmptyEventIDIsRefused: an event sent with "id": "" (a client templating {"id":"$ID"} with
+// ID unset) took a generated id, as an absent one does, so every retry stored the event again: its
+// idempotency key silently lost. It is a 422 naming the field, single or in a batch, on the fast
+// decoding path and on encoding/json's (an escaped type takes the latter), and nothing is stored;
+// an absent id is still generated.
+func TestAnEmptyEventIDIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.addSubscriber(api.SubscriberRequest{ID: "s", URL: "https://s.example/hook", Events: []string{"*"}})
+	for _, c := range []struct{ path, body, field string }{
+		{"/v1/events", `{"id":"","type":"a.b","data":1}`, "id"},
+		{"/v1/events", `{"type":"a.b","data":1,"id":""}`, "id"},
+		{"/v1/events", `{"id":"","type":"a\u002eb","data":1}`, "id"},
+		{"/v1/events", ` {"id" : "" ,"type":"a.b","data":"é"}`, "id"},
+		{"/v1/events/batch", `{"events":[{"id":"e0","type":"a.b","data":1},{"type":"a.b","data":2},{"id":"","type":"a.b","data":3}]}`, "events[2].id"},
+		{"/v1/events/batch", `{"events":[{"type":"a.b","data":1},{"id":"","type":"a\u002eb","data":2}]}`, "events[1].id"},
+	} {
+		for try := range 2 { // a retry is refused as the first try was
+			r := e.do("POST", c.path, c.body)
+			if r.status != http.StatusUnprocessableEntity {
+				t.Errorf("%s %s (try %d): status %d %s, want 422 naming %s", c.path, c.body, try, r.status, r.body, c.field)
+				continue
+			}
+			if got := r.apiError(t); got.Code != api.CodeInvalid || got.Field != c.field {
+				t.Errorf("%s %s: error %+v, want code %q field %q", c.path, c.body, got, api.CodeInvalid, c.field)
+			}
+		}
+	}
+	st, err := e.store.Stats(context.Background(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Depth != 0 {
+		t.Errorf("refused events were stored: depth %d", st.Depth)
+	}
+
+	// Absent, the id is generated, on both decoding paths.
+	for _, body := range []string{`{"type":"a.b","data":1}`, `{"type":"a\u002eb","data":1}`} {
+		var res api.EmitResult
+		e.do("POST", "/v1/events", body).want(t, http.StatusAccepted).decode(t, &res)
+		if res.ID == "" {
+			t.Errorf("%s: no id generated: %+v", body, res)
+		}
+	}
+	var res api.BatchResult
+	e.do("POST", "/v1/events/batch", `{"events":[{"type":"a.b","data":1},{"type":"a\u002eb","data":1}]}`).want(t, http.StatusAccepted).decode(t, &res)
+	if len(res.Results) != 2 || res.Results[0].ID == "" || res.Results[1].ID == "" {
+		t.Errorf("batch without ids: %+v", res)
+	}
+}

@@ -59,3 +59,22 @@ func TestAnEmptyEventIDIsRefused(t *testing.T) {
 		t.Errorf("batch without ids: %+v", res)
 	}
 }
+
+// TestAnEmptySubscriberIDIsRefused: a subscriber created with "id": "" took a generated id, so a
+// provisioning script re-run with ID unset added the subscriber again instead of failing on the
+// one it made (the CLI's subscribers add --id "" is a usage error for this). It is a 422 naming
+// id, and nothing is created; an absent id is still generated.
+func TestAnEmptySubscriberIDIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.do("POST", "/v1/subscribers", `{"id":"","url":"https://x.example/h","events":["*"]}`).
+		wantError(t, http.StatusUnprocessableEntity, api.CodeInvalid, "id")
+	var list api.SubscriberList
+	e.do("GET", "/v1/subscribers", nil).want(t, http.StatusOK).decode(t, &list)
+	if len(list.Subscribers) != 0 {
+		t.Fatalf("a refused subscriber was created: %+v", list.Subscribers)
+	}
+	if s := e.addSubscriber(api.SubscriberRequest{URL: "https://x.example/h", Events: []string{"*"}}); s.ID == "" {
+		t.Fatal("no id generated for a subscriber without one")
+	}
+}

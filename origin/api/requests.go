@@ -39,13 +39,11 @@ type BatchResult struct {
 	Results []EmitResult `json:"results"`
 }
 
-// input checks what the store cannot see (data present) and converts; field prefixes the field
-// names for a batch ("events[3].").
+// input checks what the store cannot see (an id not sent empty, data present) and converts; field
+// prefixes the field names for a batch ("events[3].").
 func (r *EventRequest) input(field string) (store.EmitInput, error) {
-	// Generating an id for an empty one ({"id":"$ID"} with ID unset) would store the event again
-	// at every retry: its idempotency key silently lost.
 	if r.emptyID {
-		return store.EmitInput{}, &wire.FieldError{Field: field + "id", Err: errors.New("must not be empty; leave the field out to have one generated")}
+		return store.EmitInput{}, &wire.FieldError{Field: field + "id", Err: errEmptyID}
 	}
 	if len(r.Data) == 0 {
 		return store.EmitInput{}, &wire.FieldError{Field: field + "data", Err: errRequired}
@@ -79,6 +77,8 @@ type SubscriberRequest struct {
 	TimeoutMS    int64              `json:"timeout_ms,omitempty"`
 	Headers      map[string]string  `json:"headers,omitempty"`
 	Coalesce     *wire.CoalesceRule `json:"coalesce,omitempty"`
+
+	emptyID bool // "id": "" was sent (markEmptyIDs), which createSubscriber refuses
 }
 
 // Input converts the request for the store.
@@ -224,11 +224,19 @@ type givenID struct {
 	ID *string `json:"id"`
 }
 
-// markEmptyIDs flags the events of v, decoded from body by encoding/json, that were sent with
-// "id": "". Only a request with an event without an id is read again: the fast decoders decline an
-// empty id, so this is off the usual path.
+// markEmptyIDs flags the events or the subscriber of v, decoded from body by encoding/json, that
+// were sent with "id": "". Only a request with one without an id is read again: the fast decoders
+// decline an empty id, so this is off the usual path.
 func markEmptyIDs(body []byte, v any) error {
 	switch r := v.(type) {
+	case *SubscriberRequest:
+		if r.ID == "" {
+			var g givenID
+			if err := json.Unmarshal(body, &g); err != nil {
+				return jsonError(err)
+			}
+			r.emptyID = g.ID != nil
+		}
 	case *EventRequest:
 		if r.ID == "" {
 			var g givenID
@@ -254,3 +262,7 @@ func markEmptyIDs(body []byte, v any) error {
 }
 
 var errRequired = errors.New("is required")
+
+// errEmptyID refuses an id sent empty ({"id":"$ID"} with ID unset): generating one instead would
+// store the event, or create the subscriber, again at every retry.
+var errEmptyID = errors.New("must not be empty; leave the field out to have one generated")

@@ -16,6 +16,9 @@ func (s *Server) createSubscriber(c echo.Context) error {
 	if err := decodeJSON(c, &req); err != nil {
 		return err
 	}
+	if req.emptyID {
+		return invalid("id", errEmptyID)
+	}
 	sub, err := s.store.CreateSubscriber(c.Request().Context(), req.Input())
 	if err != nil {
 		return err

@@ -227,24 +227,12 @@ type givenID struct {
 // markEmptyIDs flags the events or the subscriber of v, decoded from body by encoding/json, that
 // were sent with "id": "". Only a request with one without an id is read again: the fast decoders
 // decline an empty id, so this is off the usual path.
-func markEmptyIDs(body []byte, v any) error {
+func markEmptyIDs(body []byte, v any) (err error) {
 	switch r := v.(type) {
 	case *SubscriberRequest:
-		if r.ID == "" {
-			var g givenID
-			if err := json.Unmarshal(body, &g); err != nil {
-				return jsonError(err)
-			}
-			r.emptyID = g.ID != nil
-		}
+		r.emptyID, err = sentEmpty(body, r.ID)
 	case *EventRequest:
-		if r.ID == "" {
-			var g givenID
-			if err := json.Unmarshal(body, &g); err != nil {
-				return jsonError(err)
-			}
-			r.emptyID = g.ID != nil
-		}
+		r.emptyID, err = sentEmpty(body, r.ID)
 	case *BatchRequest:
 		if slices.ContainsFunc(r.Events, func(e EventRequest) bool { return e.ID == "" }) {
 			var g struct {
@@ -258,7 +246,19 @@ func markEmptyIDs(body []byte, v any) error {
 			}
 		}
 	}
-	return nil
+	return err
+}
+
+// sentEmpty tells whether the object in body, decoded with id, was sent with "id": "".
+func sentEmpty(body []byte, id string) (bool, error) {
+	if id != "" {
+		return false, nil
+	}
+	var g givenID
+	if err := json.Unmarshal(body, &g); err != nil {
+		return false, jsonError(err)
+	}
+	return g.ID != nil, nil
 }
 
 var errRequired = errors.New("is required")

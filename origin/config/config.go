@@ -52,13 +52,20 @@ func Mark(fs *pflag.FlagSet, names ...string) {
 
 // MarkSecret declares the named settings of fs secrets (tokens, keys): a bad value read from the
 // environment or the config file is reported without the value, which would otherwise reach the
-// log (a token with a quote in it fails to parse as a list). It panics on an unknown name.
+// log (a token with a quote in it fails to parse as a list); the command line's flag errors are
+// the caller's to reword (IsSecret). It panics on an unknown name.
 func MarkSecret(fs *pflag.FlagSet, names ...string) {
 	for _, name := range names {
 		if err := fs.SetAnnotation(name, secretAnnotation, []string{"true"}); err != nil {
 			panic(err)
 		}
 	}
+}
+
+// IsSecret reports whether f was declared a secret with MarkSecret.
+func IsSecret(f *pflag.Flag) bool {
+	_, ok := f.Annotations[secretAnnotation]
+	return ok
 }
 
 // IsSetting reports whether f was declared a setting with Mark.
@@ -271,7 +278,7 @@ func Source(f *pflag.Flag) string {
 
 // shown is v as an error quotes it, unless f is a secret.
 func shown(f *pflag.Flag, v string) string {
-	if _, secret := f.Annotations[secretAnnotation]; secret {
+	if IsSecret(f) {
 		return "(a secret, not shown)"
 	}
 	return strconv.Quote(v)

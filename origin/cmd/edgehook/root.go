@@ -68,8 +68,19 @@ func init() {
 	pf.StringVar(&global.logFormat, "log-format", DefaultLogFormat, "log format: text or json")
 	pf.StringVar(&global.logLevel, "log-level", DefaultLogLevel, "log level: debug, info, warn or error")
 	config.Mark(pf, "db", "synchronous", "busy-timeout", "body-limit", "backlog-cap", "queue-cap", "log-format", "log-level")
-	rootCmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	rootCmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{hideSecret(err)} })
 	rootCmd.SetHelpCommand(helpCmd)
+}
+
+// hideSecret rewords pflag's error for a bad value of a secret flag, which quotes the value: stderr
+// reaches the journal of a service started with --token, as it does with EDGEHOOK_TOKEN (whose
+// errors config.Apply words without the value).
+func hideSecret(err error) error {
+	var ive *pflag.InvalidValueError
+	if !errors.As(err, &ive) || !config.IsSecret(ive.GetFlag()) {
+		return err
+	}
+	return fmt.Errorf("--%s: invalid value (a secret, not shown): %v", ive.GetFlag().Name, errors.Unwrap(ive))
 }
 
 // loadSettings fills the flags the command line left unset from the environment and the config

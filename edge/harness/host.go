@@ -35,7 +35,7 @@ type HostConfig struct {
 	// WASM is the relay module built by `make edge-wasm` (build/relay.wasm).
 	WASM []byte
 	// CacheDir holds wazero's compilation cache, one subdirectory per module; empty means
-	// CacheDir(). NewHost removes the subdirectories of modules unused for CacheTTL.
+	// CacheDir() (and memory only if that is empty too). NewHost removes the subdirectories of modules unused for CacheTTL.
 	CacheDir string
 	// Pool is the number of module instances, i.e. of requests handled at once.
 	Pool int
@@ -60,14 +60,16 @@ type HostConfig struct {
 }
 
 // CacheDir returns the default compilation cache directory: edgehook/wazero under the user cache
-// directory ($XDG_CACHE_HOME or ~/.cache on Linux), or under the temporary directory when there is
-// none. Each module's compiled code (~15 MB) has its own subdirectory there, named by the module's
-// SHA-256 and marked used by each host that starts with it; a host starting removes those of other
-// modules unused for CacheTTL (see pruneCache).
+// directory ($XDG_CACHE_HOME or ~/.cache on Linux), or "" when there is none (no $HOME either, as
+// in a system service without User=): the code is then compiled at each start and cached in memory
+// only. Not under the temporary directory, where any local user could make the directory first
+// and plant compiled code that the host would run. Each module's compiled code (~15 MB) has its
+// own subdirectory there, named by the module's SHA-256 and marked used by each host that starts
+// with it; a host starting removes those of other modules unused for CacheTTL (see pruneCache).
 func CacheDir() string {
 	base, err := os.UserCacheDir()
 	if err != nil {
-		base = os.TempDir()
+		return ""
 	}
 	return filepath.Join(base, "edgehook", "wazero")
 }
@@ -171,17 +173,19 @@ func NewHost(ctx context.Context, cfg HostConfig) (*Host, error) {
 	if root == "" {
 		root = CacheDir()
 	}
-	now := time.Now()
-	dir, err := moduleCache(root, wasm, now)
-	if err != nil {
-		return nil, fmt.Errorf("compilation cache %s: %w", root, err)
-	}
-	if n := pruneCache(root, filepath.Base(dir), now); n > 0 {
-		cfg.Logger.Info("compilation cache: removed the code of modules unused for a while", "dir", root, "modules", n, "unused_for", CacheTTL)
-	}
-	cache, err := wazero.NewCompilationCacheWithDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("compilation cache %s: %w", dir, err)
+	cache := wazero.NewCompilationCache() // in memory, when there is no directory for it
+	if root != "" {
+		now := time.Now()
+		dir, err := moduleCache(root, wasm, now)
+		if err != nil {
+			return nil, fmt.Errorf("compilation cache %s: %w", root, err)
+		}
+		if n := pruneCache(root, filepath.Base(dir), now); n > 0 {
+			cfg.Logger.Info("compilation cache: removed the code of modules unused for a while", "dir", root, "modules", n, "unused_for", CacheTTL)
+		}
+		if cache, err = wazero.NewCompilationCacheWithDir(dir); err != nil {
+			return nil, fmt.Errorf("compilation cache %s: %w", dir, err)
+		}
 	}
 	h := &Host{
 		cache: cache, deps: cfg.Deps, timeout: cfg.CallTimeout, log: cfg.Logger, uninterruptible: cfg.Uninterruptible,

@@ -85,7 +85,8 @@ runtime. The SUBSCRIBERS namespace is loaded from --kv (the file ` + "`edgehook 
 one ` + "`wrangler kv bulk put`" + ` reads); the DEDUP namespace lives in memory. Point the origin's edge URL at
 --listen. Restart after re-exporting the subscribers. The module's compiled code is cached under
 $XDG_CACHE_HOME/edgehook/wazero (~/.cache/edgehook/wazero), about 15 MB per module build; each start
-removes the code of other builds unused for 30 days.`,
+removes the code of other builds unused for 30 days. With neither variable set, it is compiled at
+each start and kept in memory only.`,
 		Example: `  edgehook edge export-kv --out build/subscribers.json
   EDGEHOOK_EDGE_SECRET=whsec_... edgehook edge local --kv build/subscribers.json`,
 		Args: noArgs,

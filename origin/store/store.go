@@ -184,10 +184,13 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 // every subscriber's signing secret, and SQLite gives its -wal and -shm files the database file's
 // mode. An existing file keeps the mode its operator chose.
 func createPrivate(path string) error {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, fs.ErrExist) {
+	if _, err := os.Stat(path); err == nil {
 		return nil
 	}
+	// Not O_EXCL, which refuses a symbolic link to a file not there yet: SQLite then created the
+	// file through the link with the umask's mode. Read-only: a file another process made since
+	// the Stat may be read-only to this one.
+	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE, 0o600)
 	if err != nil {
 		return err
 	}

@@ -299,11 +299,28 @@ func exactArgs(names ...string) cobra.PositionalArgs {
 	}
 }
 
-// printJSON writes v as indented JSON.
+// printJSON writes v as indented JSON, with DEL and the C1 controls (U+0080–U+009F) escaped as
+// encoding/json escapes those below U+0020: a terminal acts on them too (U+009B starts a control
+// sequence, U+009D an operating-system command), and an attempt's excerpt is a subscriber's text.
 func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	out := make([]byte, 0, len(b)+1)
+	for i := 0; i < len(b); i++ {
+		switch {
+		case b[i] == 0x7f:
+			out = append(out, `\u007f`...)
+		case b[i] == 0xc2 && i+1 < len(b) && b[i+1] >= 0x80 && b[i+1] <= 0x9f: // U+0080–U+009F in UTF-8
+			out = fmt.Appendf(out, `\u%04x`, b[i+1])
+			i++
+		default:
+			out = append(out, b[i])
+		}
+	}
+	_, err = w.Write(append(out, '\n'))
+	return err
 }
 
 // fieldFlags maps the store's field names to the flags that carry them where the names differ.

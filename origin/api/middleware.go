@@ -6,7 +6,9 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -231,10 +233,20 @@ func (ts *tokenSet) match(token string) bool {
 var publicRoutes = map[string]bool{"/healthz": true, "/readyz": true}
 
 // authenticate requires "Authorization: Bearer <token>" when tokens are configured, on every
-// route but the probes (unknown routes included, so they reveal nothing to strangers).
+// route but the probes (unknown routes included, so they reveal nothing to strangers). Without
+// tokens (a loopback listener, which the command line enforces) it answers only requests whose
+// Host names a loopback address: a web page whose name is re-resolved to 127.0.0.1 (DNS
+// rebinding) reaches the listener from a browser with its own name as Host, and could otherwise
+// add a subscriber that receives every event.
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if len(s.auth.digests) == 0 || publicRoutes[c.Path()] {
+		if publicRoutes[c.Path()] {
+			return next(c)
+		}
+		if len(s.auth.digests) == 0 {
+			if !loopbackHost(c.Request().Host) {
+				return errorf(http.StatusUnauthorized, CodeUnauthorized, "", "without a token the API answers only requests to a loopback host")
+			}
 			return next(c)
 		}
 		scheme, token, _ := strings.Cut(c.Request().Header.Get(echo.HeaderAuthorization), " ")
@@ -244,4 +256,18 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		return next(c)
 	}
+}
+
+// loopbackHost reports whether a request's Host (host or host:port) is localhost or a loopback
+// address.
+func loopbackHost(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host = hostport // no port
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"))
+	return err == nil && ip.Unmap().IsLoopback()
 }

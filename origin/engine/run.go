@@ -666,6 +666,8 @@ func (r *run) logDead(batch []store.Settlement, lost map[int64]bool) {
 // a cron drain held it past its --for and past a SIGTERM. What it leaves, the next prune does.
 func (r *run) prune(ctx context.Context) {
 	n, err := r.e.st.Prune(ctx, r.e.cfg.Now().Add(-r.e.cfg.Retention))
+	// Counted also when cut short: the transactions before the cut are committed.
+	r.count(func(d *DrainResult) { d.Pruned += n })
 	if err != nil {
 		if ctx.Err() == nil {
 			r.e.log.Error("prune failed", "err", err)
@@ -675,7 +677,6 @@ func (r *run) prune(ctx context.Context) {
 	if n > 0 {
 		r.e.log.Info("pruned old deliveries", "count", n)
 	}
-	r.count(func(d *DrainResult) { d.Pruned += n })
 }
 
 // forgetGone drops the metric series of deleted subscribers: a daemon's, at each prune tick (a

@@ -642,7 +642,8 @@ func (s *Store) pruneEvents(ctx context.Context, tx *sql.Tx, cutoff int64, after
 // out, by walking the rows of the events older than cutoff (pruneDelivered). Then it deletes the
 // events older than cutoff that no delivery references, a row or not (pruneEvents), then the
 // fanouts no event is of any more (pruneFanouts). Each step runs in transactions of about
-// pruneChunk rows. It returns the number of deliveries deleted.
+// pruneChunk rows. It returns the number of deliveries deleted, also with an error (ctx cut it short,
+// say): those of the transactions committed before it.
 func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 	// A history that cannot be finished now does not hold up retention: its rows are a deleted
 	// subscriber's, whose id is not given again until they are gone (CreateSubscriber).
@@ -653,7 +654,9 @@ func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 	if err := s.r.QueryRowContext(ctx, deliveredWalkEndSQL, ms(cutoff)).Scan(&walkEnd); err != nil {
 		return 0, fmt.Errorf("prune: %w", errors.Join(histErr, err))
 	}
-	var deliveries int64
+	// deliveries counts the committed transactions' alone: walked is the delivered walk's
+	// transaction's until it commits.
+	var deliveries, walked int64
 	for _, step := range []struct {
 		run   func(*sql.Tx) (int64, error) // reads or deletes up to about pruneChunk rows, returns how many
 		total *int64                       // nil: not counted
@@ -667,7 +670,7 @@ func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 		}, &deliveries},
 		{func(tx *sql.Tx) (int64, error) {
 			read, deleted, err := s.pruneDelivered(ctx, tx, ms(cutoff), walkEnd, &afterRow)
-			deliveries += deleted
+			walked = deleted
 			return read, err
 		}, nil},
 		{func(tx *sql.Tx) (int64, error) { return s.pruneEvents(ctx, tx, ms(cutoff), &after) }, nil},
@@ -682,6 +685,7 @@ func (s *Store) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
 			if err != nil {
 				return deliveries, fmt.Errorf("prune: %w", errors.Join(histErr, err))
 			}
+			deliveries, walked = deliveries+walked, 0
 			if step.total != nil {
 				*step.total += n
 			}

@@ -1,0 +1,87 @@
+package main_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgehook/edgehook/origin/store"
+)
+
+// prunableDB writes n events for one subscriber with a backlog cap of 1 into c's database: every
+// event but the last leaves a dead delivery, all of them old enough for any --retention of 1ms.
+func prunableDB(t *testing.T, c *cli, n int) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Options{Path: filepath.Join(c.dir, "edgehook.db"), BacklogCap: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.CreateSubscriber(ctx, store.SubscriberInput{ID: "s", URL: "http://127.0.0.1:9/hook", Events: []string{"*"}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i += store.MaxBatchEvents {
+		ins := make([]store.EmitInput, store.MaxBatchEvents)
+		for j := range ins {
+			ins[j] = store.EmitInput{ID: fmt.Sprintf("e%d", i+j), Type: "a.b", Body: []byte(fmt.Sprintf(`{"n":%d}`, i+j))}
+		}
+		if _, err := st.EmitBatch(ctx, ins); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(10 * time.Millisecond) // past a --retention of 1ms
+}
+
+// deadRows counts the dead deliveries left in c's database.
+func deadRows(t *testing.T, c *cli) int64 {
+	t.Helper()
+	db, err := sql.Open("sqlite", filepath.Join(c.dir, "edgehook.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int64
+	if err := db.QueryRow(`SELECT count(*) FROM deliveries WHERE status = 'dead'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// drainSummary returns the pruned count of a drain's summary line (json logs).
+func drainSummary(t *testing.T, stderr string) (pruned int64) {
+	t.Helper()
+	for _, line := range strings.Split(strings.TrimSpace(stderr), "\n") {
+		var l struct {
+			Msg    string
+			Pruned int64
+		}
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "drain finished" {
+			return l.Pruned
+		}
+	}
+	t.Fatalf("no summary line:\n%s", stderr)
+	return 0
+}
+
+// TestDrainSummaryCountsAPruneCutShort: a prune cut short by --for (or a signal) has deleted
+// whole transactions of rows by then; the drain's summary line must count them.
+func TestDrainSummaryCountsAPruneCutShort(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	prunableDB(t, c, 100_000)
+	before := deadRows(t, c)
+	d := c.run("drain", "--for", "300ms", "--shutdown-grace", "100ms", "--retention", "1ms", "--log-format", "json")
+	if d.code != 0 {
+		t.Fatalf("drain: exit %d\n%s", d.code, d.stderr)
+	}
+	deleted := before - deadRows(t, c)
+	if pruned := drainSummary(t, d.stderr); pruned != deleted {
+		t.Fatalf("the drain deleted %d dead deliveries, but its summary says pruned %d:\n%s", deleted, pruned, d.stderr)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"time"
 
@@ -21,8 +22,8 @@ func init() {
 		Short: "Send due deliveries for a bounded time, then exit (for cron on hosts without a process manager)",
 		Long: `Drain runs the delivery engine in the foreground: it claims and sends due deliveries until --for
 has passed (or, with --until-idle, until nothing is due), lets sends in flight finish for up to
---shutdown-grace, deletes finished deliveries older than --retention, and exits. It logs one
-summary line.
+--shutdown-grace, deletes finished deliveries older than --retention (until --for and the grace
+are up; the next run deletes the rest), and exits. It logs one summary line.
 
 Overlapping runs are safe: a delivery is leased to one process at a time, and rate limits are kept
 in the database, so a drain may run beside serve or another drain on the same file.`,
@@ -52,15 +53,22 @@ in the database, so a drain may run beside serve or another drain on the same fi
 			if err != nil {
 				return err
 			}
+			// The run ends within --for and the grace: cron starts the next one a minute on.
+			end := time.Now().Add(drainFor + cfg.StopGrace)
 			res, err := eng.Drain(cmd.Context(), engine.DrainOptions{For: drainFor, UntilIdle: untilIdle})
 			if err != nil {
 				return err
 			}
 			// Where cron is the only runner, nobody else applies the retention window. A drain
-			// stopped by a signal leaves it to the next run.
+			// stopped by a signal, or out of time, leaves it (or the rest) to the next run.
 			var pruned int64
 			if cmd.Context().Err() == nil {
-				pruned, err = st.Prune(cmd.Context(), st.Now().Add(-cfg.Retention))
+				ctx, cancel := context.WithDeadline(cmd.Context(), end)
+				pruned, err = st.Prune(ctx, st.Now().Add(-cfg.Retention))
+				if ctx.Err() != nil {
+					err = nil
+				}
+				cancel()
 			}
 			log.Info("drain finished", "claimed", res.Claimed, "delivered", res.Delivered, "retried", res.Retried,
 				"dead", res.Dead, "held", res.Held, "superseded", res.Superseded, "released", res.Released, "stale", res.Stale, "idle", res.Idle, "pruned", res.Pruned+pruned)

@@ -69,6 +69,26 @@ func drainSummary(t *testing.T, stderr string) (pruned int64) {
 	return 0
 }
 
+// TestDrainEndsWithinForAndGraceWhilePruning: cron starts a drain every minute on the promise that
+// it stops claiming at --for and is gone --shutdown-grace later. Its prune at the end had no
+// bound: with a large backlog of rows past --retention (the first run after a pause, a lowered
+// --retention) a `drain --for 500ms` ran for seconds, beside the next run.
+func TestDrainEndsWithinForAndGraceWhilePruning(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	prunableDB(t, c, 150_000)
+	start := time.Now()
+	d := c.run("drain", "--for", "500ms", "--shutdown-grace", "200ms", "--retention", "1ms", "--log-format", "json")
+	took := time.Since(start)
+	if d.code != 0 {
+		t.Fatalf("drain: exit %d\n%s", d.code, d.stderr)
+	}
+	// --for and the grace, and a second for the process to start and write its last transaction.
+	if limit := 1700 * time.Millisecond; took > limit {
+		t.Fatalf("drain --for 500ms --shutdown-grace 200ms took %s (over %s); log:\n%s", took.Round(time.Millisecond), limit, d.stderr)
+	}
+}
+
 // TestDrainSummaryCountsAPruneCutShort: a prune cut short by --for (or a signal) has deleted
 // whole transactions of rows by then; the drain's summary line must count them.
 func TestDrainSummaryCountsAPruneCutShort(t *testing.T) {

@@ -138,11 +138,22 @@ func (e *Engine) newRun(untilIdle bool, grace <-chan time.Duration) *run {
 // loop claims and dispatches until ctx is done (or idle), then shuts down in order: stop
 // claiming, wait for sends up to the grace, cancel the rest, write every outcome. It prunes old
 // rows once at the start (so cron-run drains keep the database bounded too) and, for a daemon,
-// every PruneInterval.
+// every PruneInterval, beside the claims: before them, a large backlog past the retention (a
+// lowered --retention, a first run after a pause) held every send back, a cron drain's whole --for.
 func (r *run) loop(ctx context.Context, daemon bool) {
 	r.claimCtx = ctx
 	go r.completer()
-	r.prune(ctx)
+	var pruning sync.WaitGroup
+	var pruneBusy atomic.Bool // one prune at a time: a tick during a long one has nothing to add
+	prune := func() {
+		if pruneBusy.CompareAndSwap(false, true) {
+			pruning.Go(func() {
+				defer pruneBusy.Store(false)
+				r.prune(ctx)
+			})
+		}
+	}
+	prune()
 	var pruneTick <-chan time.Time
 	if daemon {
 		t := time.NewTicker(r.e.cfg.PruneInterval)
@@ -227,12 +238,13 @@ func (r *run) loop(ctx context.Context, daemon bool) {
 		case <-r.settleClaimed:
 			last, claimed = r.takeSettleClaim(), true
 		case <-pruneTick:
-			r.prune(ctx)
+			prune()
 			r.forgetGone(ctx)
 		case <-ctx.Done():
 		}
 	}
 	r.shutdown()
+	pruning.Wait() // cut by ctx, or to its end after an idle drain
 }
 
 // claim claims whatever slots are free, once its turn on the writer has come: when settles keep

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -103,5 +105,38 @@ func TestDrainSummaryCountsAPruneCutShort(t *testing.T) {
 	deleted := before - deadRows(t, c)
 	if pruned := drainSummary(t, d.stderr); pruned != deleted {
 		t.Fatalf("the drain deleted %d dead deliveries, but its summary says pruned %d:\n%s", deleted, pruned, d.stderr)
+	}
+}
+
+// TestDrainSendsWhileItPrunes: a drain's prune at its start ran before its first claim, for up to
+// --for: with a large backlog of rows past --retention, a run sent nothing at all, and so did the
+// next ones until the backlog was gone.
+func TestDrainSendsWhileItPrunes(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	prunableDB(t, c, 150_000)
+	got := make(chan struct{}, 1)
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		signal(got)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer recv.Close()
+	c.ok("subscribers", "add", "--id", "ok", "--url", recv.URL+"/hook", "--events", "ok.*")
+	c.ok("emit", "--type", "ok.x", "--data", "{}")
+	d := c.run("drain", "--for", "1s", "--shutdown-grace", "200ms", "--retention", "1ms", "--allow-network", "127.0.0.0/8", "--log-format", "json")
+	if d.code != 0 {
+		t.Fatalf("drain: exit %d\n%s", d.code, d.stderr)
+	}
+	select {
+	case <-got:
+	default:
+		t.Fatalf("a drain --for 1s did not send the one delivery due while it pruned:\n%s", d.stderr)
+	}
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
 }

@@ -78,7 +78,6 @@ func drainSummary(t *testing.T, stderr string) (pruned int64) {
 // bound: with a large backlog of rows past --retention (the first run after a pause, a lowered
 // --retention) a `drain --for 500ms` ran for seconds, beside the next run.
 func TestDrainEndsWithinForAndGraceWhilePruning(t *testing.T) {
-	t.Parallel()
 	c := newCLI(t)
 	prunableDB(t, c, 150_000)
 	start := time.Now()
@@ -87,8 +86,10 @@ func TestDrainEndsWithinForAndGraceWhilePruning(t *testing.T) {
 	if d.code != 0 {
 		t.Fatalf("drain: exit %d\n%s", d.code, d.stderr)
 	}
-	// --for and the grace, and a second for the process to start and write its last transaction.
-	if limit := 1700 * time.Millisecond; took > limit {
+	// --for and the grace, and 1.8 s for the process to start and write its last transaction (not
+	// parallel with the other tests: alone, it took 0.75 s here, and 4.6 s before the prune had a
+	// deadline).
+	if limit := 2500 * time.Millisecond; took > limit {
 		t.Fatalf("drain --for 500ms --shutdown-grace 200ms took %s (over %s); log:\n%s", took.Round(time.Millisecond), limit, d.stderr)
 	}
 }

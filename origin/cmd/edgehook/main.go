@@ -52,7 +52,7 @@ func withSource(cmd *cobra.Command, msg string) string {
 	return msg
 }
 
-// stopOnSignals returns a context that SIGINT or SIGTERM cancels: serve and drain stop claiming,
+// stopOnSignals returns a context that SIGINT, SIGTERM or SIGHUP cancels: serve and drain stop claiming,
 // finish or release what is in flight, and exit 0. A second signal ends the process at once, with
 // the shell's status for it (130, 143): an operator who presses Ctrl-C twice means it, and an exit
 // loses nothing committed, the leases of what was in flight expire and it is sent again. Handled
@@ -62,6 +62,12 @@ func stopOnSignals() context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	// A closed terminal stops it as Ctrl-C does, rather than killing it with deliveries leased for
+	// a lease's length; not under nohup, which ignores SIGHUP so that it runs on (Notify would
+	// undo that).
+	if !signal.Ignored(syscall.SIGHUP) {
+		signal.Notify(sigs, syscall.SIGHUP)
+	}
 	go func() {
 		<-sigs
 		cancel()

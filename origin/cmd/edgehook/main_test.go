@@ -69,8 +69,9 @@ type cli struct {
 	dir      string
 	env      []string
 	asNobody bool // run as the user nobody (the test runs as root)
-	// Start with SIGINT ignored, as a shell starts `edgehook serve &`.
-	ignoreSIGINT bool
+	// ignored are the signals the process starts with ignored: "INT" as a shell starts
+	// `edgehook serve &`, "HUP" as nohup does.
+	ignored string
 }
 
 func newCLI(t *testing.T) *cli {
@@ -84,8 +85,8 @@ const runLimit = 2 * time.Minute
 
 func (c *cli) command(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, bin, args...)
-	if c.ignoreSIGINT {
-		cmd = exec.CommandContext(ctx, "/bin/sh", append([]string{"-c", `trap '' INT; exec "$0" "$@"`, bin}, args...)...)
+	if c.ignored != "" {
+		cmd = exec.CommandContext(ctx, "/bin/sh", append([]string{"-c", `trap '' ` + c.ignored + `; exec "$0" "$@"`, bin}, args...)...)
 	}
 	cmd.Dir = c.dir
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + c.dir}, c.env...)

@@ -120,7 +120,7 @@ func TestServeStopsClaimingOnSIGTERM(t *testing.T) {
 	}
 }
 
-// TestSecondSignalExits: the first SIGTERM or SIGINT stops serve gracefully, which waits for a
+// TestSecondSignalExits: the first SIGTERM, SIGINT or SIGHUP (a closed terminal) stops serve gracefully, which waits for a
 // send in flight (here one to a subscriber that never answers, within a grace of a minute); a
 // second signal ends the process at once, with the shell's status for it. Also for SIGINT when
 // serve was started with it ignored, as a shell starts `edgehook serve &`: restoring the default
@@ -128,14 +128,14 @@ func TestServeStopsClaimingOnSIGTERM(t *testing.T) {
 func TestSecondSignalExits(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		sig          syscall.Signal
-		ignoreSIGINT bool
-		status       int
-	}{{syscall.SIGTERM, false, 143}, {syscall.SIGINT, true, 130}} {
+		sig     syscall.Signal
+		ignored string
+		status  int
+	}{{syscall.SIGTERM, "", 143}, {syscall.SIGINT, "INT", 130}, {syscall.SIGHUP, "", 129}} {
 		t.Run(tc.sig.String(), func(t *testing.T) {
 			t.Parallel()
 			c := newCLI(t)
-			c.ignoreSIGINT = tc.ignoreSIGINT
+			c.ignored = tc.ignored
 			arrived, hang := make(chan struct{}, 1), make(chan struct{})
 			recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				arrived <- struct{}{}
@@ -175,6 +175,26 @@ func TestSecondSignalExits(t *testing.T) {
 				t.Fatalf("serve ended with %v after a second %s, want exit status %d; log:\n%s", err, tc.sig, tc.status, logs)
 			}
 		})
+	}
+}
+
+// TestNohupKeepsServeRunning: serve stops on SIGHUP only when it was not started ignoring it: under
+// nohup the terminal closing must leave it running (Go's signal.Notify would undo the ignore).
+func TestNohupKeepsServeRunning(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	c.ignored = "HUP"
+	srv := startServe(t, c)
+	if err := srv.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-srv.done:
+		t.Fatalf("serve started under nohup stopped on SIGHUP; log:\n%s", srv.logs.String())
+	case <-time.After(time.Second):
+	}
+	if code, body := srv.call(t, "GET", "/v1/stats", "", ""); code != http.StatusOK {
+		t.Fatalf("stats after SIGHUP: %d %s", code, body)
 	}
 }
 

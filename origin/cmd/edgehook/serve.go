@@ -35,8 +35,9 @@ func init() {
 		Use:   "serve",
 		Short: "Run the HTTP API and the delivery engine until SIGTERM or SIGINT",
 		Long: `Serve runs the HTTP API (see docs/openapi.yaml) and the delivery engine on the database file.
-On SIGTERM or SIGINT it stops accepting requests and claiming deliveries, lets requests and sends in
-flight finish for up to --shutdown-grace, releases what is left, and exits 0. A second signal
+On SIGTERM, SIGINT or SIGHUP (a closed terminal; ignored under nohup) it stops accepting requests
+and claiming deliveries, lets requests and sends in flight finish for up to --shutdown-grace,
+releases what is left, and exits 0. A second signal
 ends it at once: nothing committed is lost, and what was in flight is sent again once its lease
 expires.
 

@@ -873,3 +873,40 @@ func TestReadOnlyDatabase(t *testing.T) {
 		t.Errorf("subscribers list on a read-only database: %+v", r)
 	}
 }
+
+// TestDatabaseInAReadOnlyDirectory: SQLite makes the -wal and -shm files beside the database, so a
+// directory this process may not write stops every command, the reading ones too; the error says
+// where to look, as for a read-only file. As root, which modes do not stop, the commands run as
+// nobody.
+func TestDatabaseInAReadOnlyDirectory(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	c.ok("migrate")
+	db := filepath.Join(c.dir, "edgehook.db")
+	for _, f := range []string{db + "-wal", db + "-shm"} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+	}
+	mode := os.FileMode(0o555)
+	if os.Geteuid() == 0 {
+		for _, dir := range []string{filepath.Dir(bin), filepath.Dir(c.dir)} {
+			if err := os.Chmod(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Chmod(db, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		mode, c.asNobody = 0o755, true
+	}
+	if err := os.Chmod(c.dir, mode); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Chmod(c.dir, 0o755) })
+	for _, args := range [][]string{{"stats"}, {"drain", "--for", "1s"}} {
+		if r := c.run(args...); r.code != 1 || !strings.Contains(r.stderr, "may not write it (file or directory permissions?)") {
+			t.Errorf("%s with the database in a read-only directory: exit %d, stderr %q; want exit 1 and the permissions hint", args[0], r.code, r.stderr)
+		}
+	}
+}

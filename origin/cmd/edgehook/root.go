@@ -138,10 +138,19 @@ func checkGlobal() error {
 func openStore(ctx context.Context) (*store.Store, error) {
 	st, err := store.Open(ctx, store.Options{Path: global.db, Synchronous: global.synchronous, BusyTimeout: global.busyTimeout,
 		MaxBodyBytes: int(global.bodyLimit), BacklogCap: global.backlogCap, GlobalCap: global.queueCap})
+	if store.ResultCode(err) == store.CodeReadOnly { // a directory it may not write: no -wal, -shm
+		return nil, notWritable(err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open database %s: %w", global.db, err)
 	}
 	return st, nil
+}
+
+// notWritable is the error for a database this process may not write (or whose directory it may
+// not write, where SQLite makes the -wal and -shm files).
+func notWritable(err error) error {
+	return fmt.Errorf("open database %s: this process may not write it (file or directory permissions?): %w", global.db, err)
 }
 
 // openWritableStore opens the database for serve and drain, which must write it: a file this
@@ -154,7 +163,7 @@ func openWritableStore(ctx context.Context) (*store.Store, error) {
 	}
 	if err := st.Ping(ctx); store.ResultCode(err) == store.CodeReadOnly {
 		st.Close()
-		return nil, fmt.Errorf("open database %s: this process may not write it (file or directory permissions?): %w", global.db, err)
+		return nil, notWritable(err)
 	}
 	return st, nil
 }

@@ -229,6 +229,16 @@ func TestBodyLimit(t *testing.T) {
 	e.do("POST", "/v1/events/batch", `{"events":[{"type":"a","data":"`+strings.Repeat("x", 5000)+`"}]}`).wantError(t, http.StatusRequestEntityTooLarge, api.CodeTooLarge, "")
 }
 
+// TestDefaultBatchLimitTakesTheLargestEvent: a body limit above the default batch limit (dev
+// passes no batch limit) still lets an event of the largest data go by batch.
+func TestDefaultBatchLimitTakesTheLargestEvent(t *testing.T) {
+	t.Parallel()
+	const limit = api.DefaultBatchBodyLimit + 1<<20
+	e := newEnv(t, func(s *setup) { s.api.BodyLimit = limit; s.store.MaxBodyBytes = limit })
+	data := `"` + strings.Repeat("x", api.DefaultBatchBodyLimit) + `"`
+	e.do("POST", "/v1/events/batch", `{"events":[{"type":"a","data":`+data+`}]}`).want(t, http.StatusAccepted)
+}
+
 func TestAuth(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(s *setup) { s.tokens = []string{"first-token", "second-token"} })

@@ -27,7 +27,7 @@ type Options struct {
 	// loopback address, which the command line enforces).
 	Tokens []string
 	// BodyLimit bounds a request body (and so one event's data); BatchBodyLimit bounds the body
-	// of POST /v1/events/batch. Zero means the default.
+	// of POST /v1/events/batch. Zero means the default (for BatchBodyLimit, BodyLimit if larger).
 	BodyLimit      int64
 	BatchBodyLimit int64
 	Logger         *slog.Logger
@@ -62,8 +62,8 @@ func New(o Options) (*Server, error) {
 	if o.BodyLimit <= 0 {
 		o.BodyLimit = DefaultBodyLimit
 	}
-	if o.BatchBodyLimit <= 0 {
-		o.BatchBodyLimit = DefaultBatchBodyLimit
+	if o.BatchBodyLimit <= 0 { // at least one event of the largest data goes by batch too (dev)
+		o.BatchBodyLimit = max(DefaultBatchBodyLimit, o.BodyLimit)
 	}
 	m, err := newHTTPMetrics(o.Registry)
 	if err != nil {

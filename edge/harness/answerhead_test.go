@@ -3,7 +3,6 @@ package harness_test
 import (
 	"bytes"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -12,7 +11,7 @@ import (
 	"time"
 
 	"github.com/edgehook/edgehook/edge/harness"
-	"github.com/edgehook/edgehook/internal/h1"
+	"github.com/edgehook/edgehook/origin/engine"
 	"github.com/edgehook/edgehook/shared/wire"
 )
 
@@ -43,8 +42,11 @@ func TestAnAnswerTheOriginReadsDirectlyItReadsThroughTheEdge(t *testing.T) {
 				_ = buf.Flush()
 			}))
 			defer sub.Close()
-			d := &net.Dialer{}
-			origin := h1.New(&http.Transport{DialContext: d.DialContext, MaxResponseHeaderBytes: wire.MaxAnswerHeaderBytes}, d) // as origin/engine's
+			loopback := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+			origin, err := engine.NewDirectTransport(loopback, 1) // the origin's sends, direct and to the edge
+			if err != nil {
+				t.Fatal(err)
+			}
 
 			direct, _ := http.NewRequest("POST", sub.URL, strings.NewReader("{}"))
 			resp, err := origin.RoundTrip(direct)
@@ -53,7 +55,7 @@ func TestAnAnswerTheOriginReadsDirectlyItReadsThroughTheEdge(t *testing.T) {
 			}
 			resp.Body.Close()
 
-			e := newHost(t, harness.NewUpstream([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}), 1, 10*time.Second)
+			e := newHost(t, harness.NewUpstream(loopback), 1, 10*time.Second)
 			e.addSubscriber(t, "sub_long", sub.URL+"/hook")
 			edge := httptest.NewServer(harness.NewHandler(e.host, relayConfig().MaxBody, quiet))
 			defer edge.Close()

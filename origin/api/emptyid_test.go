@@ -26,16 +26,11 @@ func TestAnEmptyEventIDIsRefused(t *testing.T) {
 		{"/v1/events/batch", `{"events":[{"id":"e0","type":"a.b","data":1},{"type":"a.b","data":2},{"id":"","type":"a.b","data":3}]}`, "events[2].id"},
 		{"/v1/events/batch", `{"events":[{"type":"a.b","data":1},{"id":"","type":"a\u002eb","data":2}]}`, "events[1].id"},
 	} {
-		for try := range 2 { // a retry is refused as the first try was
-			r := e.do("POST", c.path, c.body)
-			if r.status != http.StatusUnprocessableEntity {
-				t.Errorf("%s %s (try %d): status %d %s, want 422 naming %s", c.path, c.body, try, r.status, r.body, c.field)
-				continue
+		t.Run(c.path+" "+c.body, func(t *testing.T) {
+			for range 2 { // a retry is refused as the first try was
+				e.do("POST", c.path, c.body).wantError(t, http.StatusUnprocessableEntity, api.CodeInvalid, c.field)
 			}
-			if got := r.apiError(t); got.Code != api.CodeInvalid || got.Field != c.field {
-				t.Errorf("%s %s: error %+v, want code %q field %q", c.path, c.body, got, api.CodeInvalid, c.field)
-			}
-		}
+		})
 	}
 	st, err := e.store.Stats(context.Background(), time.Now())
 	if err != nil {

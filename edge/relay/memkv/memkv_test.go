@@ -2,6 +2,7 @@ package memkv_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -46,5 +47,28 @@ func TestLoadBulk(t *testing.T) {
 	}
 	if _, exp, ok := s.Lookup("d:x"); !ok || !exp.Equal(c.now.Add(time.Minute)) {
 		t.Errorf("d:x: %v %v", exp, ok)
+	}
+}
+
+// TestExpiredMarksAreDropped: the local edge writes a dedup mark for every delivery, each under a
+// new key that is never read again. Expired marks must not stay in memory for good, or a
+// long-running `edgehook edge local` grows with every delivery it ever made.
+func TestExpiredMarksAreDropped(t *testing.T) {
+	t.Parallel()
+	c := &clock{now: time.Unix(1_800_000_000, 0)}
+	s := memkv.New(c)
+	ctx := context.Background()
+	_ = s.Put(ctx, "sub:a", "{}", 0) // no TTL: kept
+	for day := range 10 {
+		for i := range 10_000 {
+			_ = s.Put(ctx, fmt.Sprintf("d:%d_%d", day, i), "1", 24*time.Hour)
+		}
+		c.now = c.now.Add(25 * time.Hour)
+	}
+	if n := s.Len(); n > 2*10_000+1 {
+		t.Errorf("%d items held after 10 days of 10,000 marks a day living a day each, want at most a day's and a bit", n)
+	}
+	if _, ok, _ := s.Get(ctx, "sub:a"); !ok {
+		t.Error("a key without TTL was dropped")
 	}
 }

@@ -40,6 +40,7 @@ type Engine struct {
 	stop    context.CancelFunc // stops the daemon's claiming; nil when not running
 	stopped chan struct{}      // closed when the daemon has finished
 	grace   chan time.Duration // Stop hands the daemon its grace period
+	daemon  *run               // whose error Stop returns
 }
 
 // New builds an engine over st. Its metrics are registered on reg (nil: not exported).
@@ -71,6 +72,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	e.stop, e.stopped, e.grace = cancel, make(chan struct{}), make(chan time.Duration, 1)
 	r := e.newRun(false, e.grace)
+	e.daemon = r
 	stopped := e.stopped
 	go func() {
 		defer close(stopped)
@@ -80,11 +82,12 @@ func (e *Engine) Start(ctx context.Context) error {
 }
 
 // Stop stops claiming, lets sends in flight finish until ctx's deadline (or StopGrace when ctx has
-// none), cancels the rest, returns their leases unsent, writes every outcome and returns. It is
-// idempotent and safe to call on an engine that was never started.
+// none), cancels the rest, returns their leases unsent, writes every outcome and returns, with an
+// error if outcomes could not be written, as Drain's. It is idempotent and safe to call on an engine
+// that was never started.
 func (e *Engine) Stop(ctx context.Context) error {
 	e.mu.Lock()
-	stop, stopped, grace := e.stop, e.stopped, e.grace
+	stop, stopped, grace, r := e.stop, e.stopped, e.grace, e.daemon
 	e.stop = nil
 	e.mu.Unlock()
 	if stop == nil {
@@ -102,7 +105,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 		<-stopped // the run cancels its sends at the deadline and finishes quickly
 	}
 	e.http.closeIdle()
-	return nil
+	return r.err
 }
 
 // Wake tells the engine that a write other than an emit may have made deliveries due or changed
@@ -141,7 +144,8 @@ type DrainResult struct {
 // Drain runs the engine in the foreground for a bounded time (for cron on hosts without a process
 // manager): until opts.For elapses, ctx is cancelled, or (UntilIdle) the queue has nothing due.
 // Sends in flight at the end get StopGrace to finish. It may run while a daemon or other drains
-// work on the same database.
+// work on the same database. Its error is that of the last write of outcomes that failed, if any
+// (their deliveries are sent again once their leases expire).
 func (e *Engine) Drain(ctx context.Context, opts DrainOptions) (DrainResult, error) {
 	if opts.For < 0 {
 		return DrainResult{}, errors.New("drain: for: must not be negative")

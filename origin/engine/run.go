@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -85,7 +86,7 @@ type run struct {
 
 	mu  sync.Mutex
 	res DrainResult
-	err error
+	err error // the last settle that failed: Drain and Stop return it
 }
 
 // flight is one subscriber's deliveries in flight in a run, and its in-flight cap.
@@ -551,7 +552,7 @@ func (r *run) settle(batch []store.Settlement) {
 	}
 	r.e.log.Error("settle failed; the leases will expire and the deliveries be sent again", "count", len(batch), "err", err)
 	r.mu.Lock()
-	r.err = err
+	r.err = fmt.Errorf("writing outcomes: %w", err)
 	r.mu.Unlock()
 }
 

@@ -120,6 +120,35 @@ func TestServeStopsClaimingOnSIGTERM(t *testing.T) {
 	}
 }
 
+// TestServeExitsOneWhenItCannotWriteOutcomes: a send answered as serve stops, whose outcome it
+// cannot write (another process holds the database's lock past --busy-timeout), makes serve exit 1
+// naming what failed, as drain does: it exited 0, and systemd or a supervisor saw a clean stop.
+func TestServeExitsOneWhenItCannotWriteOutcomes(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	sink := newHookSink(t, 0)
+	srv := startServe(t, c, "--poll-interval", "1m", "--allow-network", "127.0.0.0/8", "--busy-timeout", "100ms")
+	srv.must(t, http.StatusCreated, "POST", "/v1/subscribers", `{"id":"s","url":"`+sink.URL+`","events":["*"]}`)
+	srv.emit(t, "e1", "a")
+	sink.expect(t, "e1", "an emit") // and held: in flight
+	c.lockDB()
+	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	sink.free <- struct{}{} // answered within the grace: its outcome is the stop's to write
+	select {
+	case <-srv.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop within 30s of SIGTERM")
+	}
+	err := srv.cmd.Wait()
+	logs := srv.logs.String()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(logs, "edgehook: writing outcomes") {
+		t.Fatalf("serve ended with %v, unable to write an outcome, want exit 1 and a line naming it; log:\n%s", err, logs)
+	}
+}
+
 // TestSecondSignalExits: the first SIGTERM, SIGINT or SIGHUP (a closed terminal) stops serve gracefully, which waits for a
 // send in flight (here one to a subscriber that never answers, within a grace of a minute); a
 // second signal ends the process at once, with the shell's status for it. Also for SIGINT when

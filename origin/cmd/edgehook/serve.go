@@ -37,9 +37,9 @@ func init() {
 		Long: `Serve runs the HTTP API (see docs/openapi.yaml) and the delivery engine on the database file.
 On SIGTERM, SIGINT or SIGHUP (a closed terminal; ignored under nohup) it stops accepting requests
 and claiming deliveries, lets requests and sends in flight finish for up to --shutdown-grace,
-releases what is left, and exits 0. A second signal
-ends it at once: nothing committed is lost, and what was in flight is sent again once its lease
-expires.
+releases what is left, and exits 0, or 1 if it could not write the outcomes of some sends (they
+are sent again once their leases expire). A second signal ends it at once: nothing committed is
+lost, and what was in flight is sent again once its lease expires.
 
 Listening on anything but a loopback address requires at least one --token.`,
 		Example: `  edgehook serve

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/edgehook/edgehook/origin/store"
 )
 
@@ -128,6 +130,27 @@ func TestAClaimWithNoFreeSlotAsksForNothing(t *testing.T) {
 	r.slots <- struct{}{}
 	if out := r.claim(context.Background()); out.err != nil || out.limit != 0 || len(out.res.Deliveries) != 0 {
 		t.Fatalf("claim with every slot taken: %+v, want nothing asked and no error", out)
+	}
+}
+
+// TestAFailedSettleAndClaimIsAClaimError: a settle that claims in the same transaction, and fails,
+// is written again alone; its claim is lost as a failed claim of the loop's is, and
+// edgehook_claim_errors_total counts it, once (the settle's own retries claim nothing).
+func TestAFailedSettleAndClaimIsAClaimError(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	r := e.eng.newRun(false, nil)
+	defer r.cancelSends()
+	r.slots <- struct{}{} // the slot of the delivery settled below
+	e.st.Close()          // every transaction fails from here on
+	r.writer.Lock()
+	claimed := r.settleAndClaim([]store.Settlement{{Seq: 1, LeaseToken: "t", SubscriberID: "s", Result: store.ResultDelivered}})
+	r.writer.Unlock()
+	if claimed {
+		t.Fatal("a settle and claim on a closed store reported its claim")
+	}
+	if v := testutil.ToFloat64(e.eng.m.claimErrors); v != 1 {
+		t.Fatalf("edgehook_claim_errors_total = %v after one failed settle and claim, want 1", v)
 	}
 }
 

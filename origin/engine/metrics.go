@@ -48,7 +48,7 @@ func newMetrics(st *store.Store, now func() time.Time, bodyBytes *atomic.Int64, 
 		staleSettles: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "settles_stale_total",
 			Help: "Outcomes dropped because their lease was lost: it expired and was taken over, or the subscriber was deleted."}),
 		claimErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "claim_errors_total",
-			Help: "Claim transactions that failed."}),
+			Help: "Claim transactions that failed, including those that also settled outcomes (which are then written alone)."}),
 	}
 	if reg == nil {
 		return m, nil

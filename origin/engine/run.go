@@ -409,6 +409,7 @@ func (r *run) settleAndClaim(batch []store.Settlement) bool {
 	written, out.res, out.err = r.e.st.SettleAndClaim(context.Background(), r.e.cfg.Now(), r.policy(), batch, r.claimParams(out.limit))
 	if out.err != nil {
 		r.e.log.Warn("settle and claim failed; settling alone", "err", out.err)
+		r.e.m.claimErrors.Inc() // its claim is lost, as a failed claim of the loop's is
 		r.settle(batch)
 		return false
 	}

@@ -338,3 +338,27 @@ func TestEdgeMarkFailuresAreCounted(t *testing.T) {
 		}
 	}
 }
+
+// TestEdgeRejectionReasonsAreBounded: edgehook_edge_rejections_total is labelled by reason, and the
+// edge may send any token as one (wire.ParseOutcome); an edge that is not ours, or misbehaves, must
+// not grow the label set: a reason the protocol does not name is counted as "other".
+func TestEdgeRejectionReasonsAreBounded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	originKey := edgeSecret(t)
+	edge := fakeEdge(t, e, []signature.Secret{originKey}, func(w http.ResponseWriter, hop *signature.Hop) {
+		outcome(wire.Rejected(hop.DeliveryID), http.StatusBadRequest)(w, hop) // a new reason every time
+	})
+	e.useEdge(edge.URL, originKey)
+	e.sub(store.SubscriberInput{ID: "s", URL: "https://subscriber.example/", Mode: store.ModeEdge})
+	for _, id := range []string{"e1", "e2", "e3"} {
+		e.emit(id, "t", `{}`)
+	}
+	e.drain()
+	if n := testutil.CollectAndCount(e.eng.m.edgeRejections); n != 1 {
+		t.Fatalf("3 rejections for 3 reasons the protocol does not name: %d series, want 1", n)
+	}
+	if v := testutil.ToFloat64(e.eng.m.edgeRejections.WithLabelValues("other")); v != 3 {
+		t.Fatalf(`edge rejections {reason="other"}: %v, want 3`, v)
+	}
+}

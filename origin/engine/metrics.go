@@ -40,7 +40,7 @@ func newMetrics(st *store.Store, now func() time.Time, bodyBytes *atomic.Int64, 
 		retried:        counter("deliveries_retried_total", "Failed attempts that were scheduled again (not a 410's, held with its subscriber).", "subscriber"),
 		dead:           counter("deliveries_dead_total", "Deliveries given up by the engine, by reason.", "subscriber", "reason"),
 		coalesced:      counter("edge_coalesced_total", "Sends the edge answered with coalesced (rescheduled, or dead unsent if held past the max age; no attempt counted).", "subscriber"),
-		edgeRejections: counter("edge_rejections_total", "Sends the edge rejected (operator problem: hop secret, KV record).", "reason"),
+		edgeRejections: counter("edge_rejections_total", "Sends the edge rejected (operator problem: hop secret, KV record), by reason; \"other\" for one the protocol does not name.", "reason"),
 		markFailures: counter("edge_mark_failures_total", "Acknowledged deliveries whose mark the edge could not write (its KV's writes failed, e.g. the daily quota): "+
 			"meanwhile retries are forwarded again (dedup) and keys are not coalesced.", "mark"),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "attempt_duration_seconds",

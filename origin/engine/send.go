@@ -325,7 +325,7 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 		if reason, ok := o.IsRejected(); ok {
 			e.log.Error("EDGE REJECTED A DELIVERY: "+rejectionHint(reason),
 				"reason", reason, "subscriber", sub.ID, "delivery", c.DeliveryID, "status", r.status)
-			e.m.edgeRejections.WithLabelValues(reason).Inc()
+			e.m.edgeRejections.WithLabelValues(reasonLabel(reason)).Inc()
 			return fail(classEdgeRejected, "edge rejected: "+reason, false)
 		}
 		if r.markFailed != "" {
@@ -506,6 +506,15 @@ func rejectionHint(reason string) string {
 func markLabel(m string) string {
 	if m == wire.MarkDedup || m == wire.MarkCoalesce {
 		return m
+	}
+	return "other"
+}
+
+// reasonLabel bounds the reason label to the reasons the protocol names, as markLabel the marks;
+// the log line of the rejection keeps the reason as the edge sent it.
+func reasonLabel(reason string) string {
+	if wire.KnownReason(reason) {
+		return reason
 	}
 	return "other"
 }

@@ -37,6 +37,18 @@ const (
 	ReasonEdgeCrashed = "edge_crashed"
 )
 
+// KnownReason reports whether reason is one of the rejection reasons above. ParseOutcome accepts
+// any token, so that an edge newer than the origin may send a new one; what counts rejections by
+// reason keeps to these.
+func KnownReason(reason string) bool {
+	switch reason {
+	case ReasonMethod, ReasonBodyTooLarge, ReasonMissingHeader, ReasonMalformedHeader, ReasonStaleTimestamp, ReasonBadSignature,
+		ReasonUnknownSubscriber, ReasonBadRecord, ReasonMisconfigured, ReasonKVUnavailable, ReasonEdgePanic, ReasonEdgeCrashed:
+		return true
+	}
+	return false
+}
+
 // Rejected returns the outcome for an edge-side rejection with the given reason.
 func Rejected(reason string) Outcome { return Outcome(rejectedPrefix + reason) }
 

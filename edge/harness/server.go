@@ -55,6 +55,9 @@ type Config struct {
 	// AllowNetworks are the internal networks the edge may forward to (netguard.Internal): none by
 	// default, as the origin's direct mode.
 	AllowNetworks []netip.Prefix
+	// ReadTimeout bounds the reading of one request, head and body; zero means
+	// readTimeout(Relay.MaxBody).
+	ReadTimeout time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -70,6 +73,20 @@ func (c *Config) setDefaults() {
 	if c.CallTimeout == 0 {
 		c.CallTimeout = DefaultCallTimeout
 	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = readTimeout(c.Relay.MaxBody)
+	}
+}
+
+// readTimeout bounds the reading of a request whose body may be up to maxBody bytes, as the
+// origin's serve bounds its own: a minute, and a second more per MiB, so an origin sending at
+// 1 MiB/s still gets the largest body the edge takes (relay.MaxMaxBody, 100 MiB: 160 s) in. On
+// loopback, where the local edge usually runs, that body takes well under a second; the margin is
+// for an origin across a real network. Without a bound, a client that sent a head and stalled in
+// the body held its connection, its goroutine and a buffer of its Content-Length (up to maxBody)
+// for ever; no module instance, which is taken only once the body is read.
+func readTimeout(maxBody int64) time.Duration {
+	return time.Minute + time.Duration(maxBody>>20)*time.Second
 }
 
 // Server is a local edge: the module host, its KV namespaces and the HTTP handler.
@@ -117,7 +134,11 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 // Serve serves on ln until ctx ends, then lets requests in flight finish and returns nil.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
+	// Idle connections are kept as long as the origin's serve keeps them, longer than the origin
+	// keeps its own (90 s): the origin closes an idle connection before the edge does, rather than
+	// send a request on one the edge is closing.
+	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: s.cfg.ReadTimeout,
+		IdleTimeout: 2 * time.Minute}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {

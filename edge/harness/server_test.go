@@ -3,6 +3,8 @@ package harness_test
 import (
 	"bytes"
 	"context"
+	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/edgehook/edgehook/edge/harness"
+	"github.com/edgehook/edgehook/internal/rawserve"
 	"github.com/edgehook/edgehook/shared/wire"
 )
 
@@ -96,5 +99,44 @@ func TestNewServerNamesWhatIsWrong(t *testing.T) {
 				t.Fatalf("err = %v, want one naming %q", err, tc.wants)
 			}
 		})
+	}
+}
+
+// A client that sends a head and then stalls in the body is cut off once the read timeout has
+// passed: without one, it held its connection, a goroutine and a buffer of its Content-Length for
+// as long as it liked.
+func TestServerCutsOffAStalledBody(t *testing.T) {
+	const readTimeout = 200 * time.Millisecond
+	srv, err := harness.New(context.Background(), harness.Config{WASMPath: wasmPath, Relay: relayConfig(), Pool: 1,
+		CacheDir: cacheDir, ReadTimeout: readTimeout}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close(context.Background())
+	ln := rawserve.Listen(t)
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	defer func() {
+		stop()
+		if err := <-served; err != nil {
+			t.Error(err)
+		}
+	}()
+
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "POST / HTTP/1.1\r\nHost: edge\r\nContent-Length: 1000\r\n\r\n{\"n\":"); err != nil {
+		t.Fatal(err)
+	}
+	// Whatever the server answers, it must then close: the read ends at EOF, not at this deadline.
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	if answer, err := io.ReadAll(c); err != nil {
+		t.Fatalf("the connection was still open %s after the stalled body, with a read timeout of %s (%v); answered %q",
+			time.Since(start).Round(time.Millisecond), readTimeout, err, answer)
 	}
 }

@@ -569,6 +569,8 @@ func (h *Host) upstream(ctx context.Context, m api.Module, stack []uint64) {
 	switch {
 	case err != nil && errTimeout(err):
 		stack[0] = in.result(abi.CodeTimeout, []byte(err.Error()))
+	case errors.Is(err, relay.ErrUpstreamBlocked):
+		stack[0] = in.result(abi.CodeBlocked, []byte(err.Error()))
 	case err != nil:
 		stack[0] = in.result(abi.CodeError, []byte(err.Error()))
 	default:

@@ -21,7 +21,9 @@ import (
 // A server loads its SUBSCRIBERS namespace from the bulk file and relays over HTTP, to an
 // internal address only if AllowNetworks has it: an edge-mode subscriber's URL is chosen by
 // whoever holds an API token, and must not reach the local edge's machine or network (the
-// origin's direct mode refuses them alike).
+// origin's direct mode refuses them alike). The refusal reaches the origin as one
+// (rejected:blocked_address), not as the subscriber being unreachable, which counts against its
+// circuit.
 func TestServerServesTheKVFile(t *testing.T) {
 	for _, c := range []struct {
 		name     string
@@ -31,7 +33,7 @@ func TestServerServesTheKVFile(t *testing.T) {
 		received int64
 	}{
 		{"loopback allowed", loopback, 200, wire.OutcomeForwarded, 1},
-		{"loopback not allowed", nil, 502, wire.OutcomeUpstreamUnreachable, 0},
+		{"loopback not allowed", nil, 403, wire.Rejected(wire.ReasonBlockedAddress), 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			url, received := subscriber(t, 200)

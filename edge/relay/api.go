@@ -170,13 +170,18 @@ type UpstreamResponse struct {
 // keeps of req past Do.
 type Upstream interface {
 	// Do returns the subscriber's response, or an error wrapping ErrUpstreamTimeout when the
-	// timeout (or ctx) expired before its status arrived; any other error means the subscriber
-	// could not be reached.
+	// timeout (or ctx) expired before its status arrived, or ErrUpstreamBlocked when the runtime
+	// refused the subscriber's address; any other error means the subscriber could not be reached.
 	Do(ctx context.Context, req *UpstreamRequest) (*UpstreamResponse, error)
 }
 
 // ErrUpstreamTimeout is wrapped by Upstream errors for a subscriber that did not answer in time.
 var ErrUpstreamTimeout = errors.New("subscriber did not answer within its timeout")
+
+// ErrUpstreamBlocked is wrapped by Upstream errors for a subscriber whose address the runtime
+// refuses to connect to: an internal one the local edge is not allowed (netguard). The Worker
+// never reports it.
+var ErrUpstreamBlocked = errors.New("address refused")
 
 // Clock tells the time. Hop timestamps, dedup and coalescing marks and the upstream latency use it.
 type Clock interface{ Now() time.Time }

@@ -277,9 +277,14 @@ func (r *Relay) forward(ctx context.Context, a *Scratch, req *Request, hop *sign
 	}
 	if err != nil {
 		var resp *Response
-		if errors.Is(err, ErrUpstreamTimeout) || errors.Is(err, context.DeadlineExceeded) {
+		switch {
+		case errors.Is(err, ErrUpstreamBlocked):
+			// Refused before any connection: the subscriber was not called, so no latency. Its URL or
+			// the edge's allow-list is the operator's to fix, not a subscriber failure.
+			return Reject(403, wire.ReasonBlockedAddress, "subscriber %s: %v", hop.SubscriberID, err)
+		case errors.Is(err, ErrUpstreamTimeout) || errors.Is(err, context.DeadlineExceeded):
 			resp = answer(504, wire.OutcomeUpstreamTimeout, "subscriber %s did not answer within %s", hop.SubscriberID, rec.Timeout())
-		} else {
+		default:
 			resp = answer(502, wire.OutcomeUpstreamUnreachable, "subscriber %s unreachable: %v", hop.SubscriberID, err)
 		}
 		resp.Header = append(resp.Header, Field{keyUpstreamLatency, latency})

@@ -308,6 +308,7 @@ func TestUpstreamErrors(t *testing.T) {
 		{fmt.Errorf("x: %w", relay.ErrUpstreamTimeout), 504, wire.OutcomeUpstreamTimeout},
 		{context.DeadlineExceeded, 504, wire.OutcomeUpstreamTimeout},
 		{errors.New("connection refused"), 502, wire.OutcomeUpstreamUnreachable},
+		{fmt.Errorf("x: %w", relay.ErrUpstreamBlocked), 403, wire.Rejected(wire.ReasonBlockedAddress)},
 	} {
 		f := newFixture(t, plainRecord)
 		resp := f.relay(t, f.subs, f.dedup, upstreamFunc(func(*relay.UpstreamRequest) (*relay.UpstreamResponse, error) {

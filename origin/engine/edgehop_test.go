@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/edgehook/edgehook/edge/relay"
 	"github.com/edgehook/edgehook/edge/relay/httpupstream"
 	"github.com/edgehook/edgehook/edge/relay/memkv"
+	"github.com/edgehook/edgehook/internal/netguard"
 	"github.com/edgehook/edgehook/origin/store"
 	"github.com/edgehook/edgehook/shared/signature"
 	"github.com/edgehook/edgehook/shared/wire"
@@ -29,8 +31,10 @@ func (k slowKV) Get(ctx context.Context, key string) (string, bool, error) {
 }
 
 // realEdge serves the real relay core over loopback, as `edgehook edge local` does natively: its
-// KV reads take kvDelay each. It returns the edge's URL and its DEDUP namespace.
-func realEdge(t *testing.T, secret signature.Secret, sub *store.Subscriber, kvDelay time.Duration) (string, *memkv.Store) {
+// KV reads take kvDelay each, and it forwards to internal addresses only in allow, through the
+// guard the local edge and direct sends dial with. It returns the edge's URL and its DEDUP
+// namespace.
+func realEdge(t *testing.T, secret signature.Secret, sub *store.Subscriber, kvDelay time.Duration, allow []netip.Prefix) (string, *memkv.Store) {
 	t.Helper()
 	subs, dedup := memkv.New(relay.SystemClock{}), memkv.New(relay.SystemClock{})
 	rec, err := json.Marshal(sub.Record())
@@ -40,7 +44,7 @@ func realEdge(t *testing.T, secret signature.Secret, sub *store.Subscriber, kvDe
 	if err := subs.Put(context.Background(), wire.SubscriberKey(sub.ID), string(rec), 0); err != nil {
 		t.Fatal(err)
 	}
-	tr := &http.Transport{}
+	tr := newTransport(netguard.Control(allow), 1)
 	t.Cleanup(tr.CloseIdleConnections)
 	r, err := relay.New(relay.Config{Secrets: []signature.Secret{secret}, Tolerance: relay.DefaultTolerance,
 		DedupTTL: relay.DefaultDedupTTL, MaxBody: relay.DefaultMaxBody},
@@ -81,7 +85,7 @@ func TestEdgeModeHopOutlivesTheSubscribersTimeout(t *testing.T) {
 	})
 	sub := e.sub(store.SubscriberInput{ID: "s1", URL: k.URL, Mode: store.ModeEdge, TimeoutMS: 1000})
 	secret := edgeSecret(t)
-	url, dedup := realEdge(t, secret, sub, 200*time.Millisecond)
+	url, dedup := realEdge(t, secret, sub, 200*time.Millisecond, loopback)
 	e.useEdge(url, secret)
 	e.emit("evt_1", "t", `{}`)
 	e.drain()

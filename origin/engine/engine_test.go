@@ -235,6 +235,45 @@ func TestRefusesInternalDestinations(t *testing.T) {
 	}
 }
 
+// TestABlockedAddressFailsAlikeThroughTheEdge: a subscriber whose URL leads to an internal address
+// is refused by the origin's dialer when sent directly and by the local edge's (here the real relay
+// core over the same guard) through the edge, and the two are one failure: blocked_address, an
+// attempt counted but not against the subscriber's circuit, its URL or the allow-list being the
+// operator's to fix. Through the edge it was upstream_unreachable, a subscriber failure that opened
+// the circuit.
+func TestABlockedAddressFailsAlikeThroughTheEdge(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []store.Mode{store.ModeDirect, store.ModeEdge} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, Config{AllowNetworks: []netip.Prefix{}, MaxAttempts: 1, CircuitThreshold: 1})
+			k := newSink(t, status(200))
+			sub := e.sub(store.SubscriberInput{ID: "s", URL: k.URL, Mode: mode})
+			if mode == store.ModeEdge {
+				secret := edgeSecret(t)
+				url, _ := realEdge(t, secret, sub, 0, nil)
+				e.useEdge(url, secret)
+			}
+			e.emit("e1", "t", `{}`)
+			e.drain()
+			if n := len(k.received()); n != 0 {
+				t.Fatalf("the internal address was reached %d times", n)
+			}
+			d := e.only()
+			if d.Status != store.StatusDead || d.Attempts != 1 || len(d.AttemptLog) != 1 || d.AttemptLog[0].Outcome != classBlocked {
+				t.Fatalf("delivery %s after %d attempts, log %+v; want dead after one attempt of %s", d.Status, d.Attempts, d.AttemptLog, classBlocked)
+			}
+			st, err := e.st.Stats(context.Background(), e.clk.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Subscribers[0].CircuitOpen {
+				t.Fatal("the circuit opened: a blocked address was held against the subscriber")
+			}
+		})
+	}
+}
+
 func TestCircuitBreakerStopsHammering(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{CircuitThreshold: 2, CircuitCooldown: time.Minute, CircuitMaxCooldown: time.Hour,

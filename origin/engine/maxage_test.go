@@ -82,7 +82,7 @@ func TestAnEdgeCoalescedDeliveryIsNotHeldPastTheMaxAge(t *testing.T) {
 	rule := &wire.CoalesceRule{EventTypes: []string{"video.*"}, Key: "video_id", WindowSeconds: 3600}
 	sub := e.sub(store.SubscriberInput{ID: "s", URL: k.URL, Mode: store.ModeEdge, Coalesce: rule})
 	secret := edgeSecret(t)
-	url, _ := realEdge(t, secret, sub, 0)
+	url, _ := realEdge(t, secret, sub, 0, loopback)
 	e.useEdge(url, secret)
 	e.emit("e1", "video.rank_updated", `{"video_id":"v7"}`)
 	e.drain() // forwarded: the key's window starts

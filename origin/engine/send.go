@@ -323,6 +323,11 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 		}
 		attempt.Outcome = string(o)
 		if reason, ok := o.IsRejected(); ok {
+			if reason == wire.ReasonBlockedAddress {
+				// The local edge refused the subscriber's address as a direct send would have:
+				// the same failure, which does not count against the subscriber's circuit.
+				return fail(classBlocked, "edge: "+netguard.ErrBlocked.Error(), false)
+			}
 			e.log.Error("EDGE REJECTED A DELIVERY: "+rejectionHint(reason),
 				"reason", reason, "subscriber", sub.ID, "delivery", c.DeliveryID, "status", r.status)
 			e.m.edgeRejections.WithLabelValues(reasonLabel(reason)).Inc()

@@ -35,6 +35,9 @@ const (
 	ReasonEdgePanic = "edge_panic"
 	// ReasonEdgeCrashed: the Worker's Go instance died; the next request starts a new one.
 	ReasonEdgeCrashed = "edge_crashed"
+	// ReasonBlockedAddress: the subscriber's URL leads to an internal address the edge may not
+	// reach. The origin takes it as its own direct sends' refusal: not the subscriber failing.
+	ReasonBlockedAddress = "blocked_address"
 )
 
 // KnownReason reports whether reason is one of the rejection reasons above. ParseOutcome accepts

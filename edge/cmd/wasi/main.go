@@ -217,16 +217,21 @@ func (*upstream) Do(_ context.Context, req *relay.UpstreamRequest) (*relay.Upstr
 	b := take(n)
 	switch code {
 	case abi.CodeTimeout:
-		return nil, timeoutError(b)
+		return nil, upstreamError{string(b), relay.ErrUpstreamTimeout}
+	case abi.CodeBlocked:
+		return nil, upstreamError{string(b), relay.ErrUpstreamBlocked}
 	}
 	return nil, abi.HostError(b)
 }
 
-// timeoutError wraps relay.ErrUpstreamTimeout with the host's message.
-type timeoutError string
+// upstreamError is the host's message, wrapping the relay error its result code stands for.
+type upstreamError struct {
+	msg  string
+	kind error
+}
 
-func (e timeoutError) Error() string { return string(e) }
-func (e timeoutError) Unwrap() error { return relay.ErrUpstreamTimeout }
+func (e upstreamError) Error() string { return e.msg }
+func (e upstreamError) Unwrap() error { return e.kind }
 
 type clock struct{}
 

@@ -38,7 +38,8 @@ const (
 	// CodeError with a message.
 	KVPutFunc = "kv_put"
 	// UpstreamFunc(reqPtr, reqLen, outPtr, outCap u32) → u64 Result: CodeOK with an encoded
-	// relay.UpstreamResponse, CodeTimeout or CodeError with a message. An answer of CodeOK that
+	// relay.UpstreamResponse; CodeTimeout (relay.ErrUpstreamTimeout), CodeBlocked
+	// (relay.ErrUpstreamBlocked) or CodeError with a message. An answer of CodeOK that
 	// fits in outCap bytes is already written at outPtr, with nothing to take: a request takes
 	// one host call, not two, when the guest's buffer is large enough.
 	UpstreamFunc = "upstream"
@@ -75,6 +76,8 @@ const (
 	CodeTimeout  uint32 = 3
 	// CodeSame says the answer is the function's previous answer again, which the guest kept.
 	CodeSame uint32 = 4
+	// CodeBlocked says the host refused to connect to the address (an upstream's only).
+	CodeBlocked uint32 = 5
 )
 
 // Result packs a result code and the length of the bytes waiting for TakeFunc.

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/edgehook/edgehook/edge/relay"
+	"github.com/edgehook/edgehook/internal/netguard"
 	"github.com/edgehook/edgehook/shared/wire"
 )
 
@@ -39,7 +40,8 @@ func New(transport http.RoundTripper) *Client {
 }
 
 // Do POSTs req and returns the subscriber's answer, or an error wrapping relay.ErrUpstreamTimeout
-// when req.Timeout or ctx expires before the answer's status and headers arrive.
+// when req.Timeout or ctx expires before the answer's status and headers arrive, or
+// relay.ErrUpstreamBlocked when the transport's dialer refused the address (netguard.Control).
 //
 // Unless the request names an Accept-Encoding (or a Range) of its own, it asks for gzip. It decodes
 // a gzip answer, dropping its Content-Encoding and Content-Length, even one a record's own
@@ -77,7 +79,10 @@ func (c *Client) Do(ctx context.Context, req *relay.UpstreamRequest) (*relay.Ups
 }
 
 func classify(ctx context.Context, err error) error {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	switch {
+	case errors.Is(err, netguard.ErrBlocked):
+		return fmt.Errorf("%w: %v", relay.ErrUpstreamBlocked, err)
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return fmt.Errorf("%w: %v", relay.ErrUpstreamTimeout, err)
 	}
 	return err

@@ -151,4 +151,14 @@ func TestConflictNamesTheEvent(t *testing.T) {
 		wantError(t, http.StatusConflict, api.CodeConflict, "events[2].id")
 	// A single emit names its id.
 	e.do("POST", "/v1/events", `{"id":"k1","type":"a","data":3}`).wantError(t, http.StatusConflict, api.CodeConflict, "id")
+
+	// The coalesce key is content too: the same id and data with another key, or with a key where
+	// there was none, is a conflict, not a duplicate.
+	e.do("POST", "/v1/events", `{"id":"k1","type":"a","data":1,"coalesce_key":"c"}`).wantError(t, http.StatusConflict, api.CodeConflict, "id")
+	e.do("POST", "/v1/events", `{"id":"k7","type":"a","data":1,"coalesce_key":"c"}`).want(t, http.StatusAccepted)
+	e.do("POST", "/v1/events", `{"id":"k7","type":"a","data":1}`).wantError(t, http.StatusConflict, api.CodeConflict, "id")
+	e.do("POST", "/v1/events/batch", `{"events":[{"id":"k8","type":"a","data":1},{"id":"k7","type":"a","data":1,"coalesce_key":"d"}]}`).
+		wantError(t, http.StatusConflict, api.CodeConflict, "events[1].id")
+	e.do("POST", "/v1/events/batch", `{"events":[{"id":"k9","type":"a","data":1,"coalesce_key":"c"},{"id":"k9","type":"a","data":1}]}`).
+		wantError(t, http.StatusConflict, api.CodeConflict, "events[1].id")
 }

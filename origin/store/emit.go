@@ -41,9 +41,9 @@ func (s *Store) Emit(ctx context.Context, in EmitInput) (EmitResult, error) {
 // EmitBatch stores several events atomically: all or none. Validation errors name the field as
 // "events[i].<field>".
 //
-// Event ids are idempotency keys: an id already stored with the same type and body returns the
-// original result with Duplicate set; with a different type or body it is ErrConflict. Past the
-// global cap the error is a *QueueFullError (errors.Is ErrQueueFull).
+// Event ids are idempotency keys: an id already stored with the same type, body and coalesce key
+// returns the original result with Duplicate set; with any of them different it is ErrConflict.
+// Past the global cap the error is a *QueueFullError (errors.Is ErrQueueFull).
 //
 // Concurrent calls share one transaction (group commit): a single committer goroutine takes every
 // request waiting, writes them in one transaction (leaving out a request that fails on its own, so
@@ -267,9 +267,28 @@ func live(group []*emitReq) []*emitReq {
 
 // storedEvent is an event id already in the database, or planned in the group being written.
 type storedEvent struct {
+	content
 	seq        int64 // 0 for a planned one
-	hash       []byte
-	deliveries int // for a stored one, known after loadDuplicateCounts
+	deliveries int   // for a stored one, known after countDuplicates
+}
+
+// content is what an event id stands for: its type and body (hashed together) and its coalesce
+// key, which changes how the event is delivered. The id again with other content is a conflict,
+// not a duplicate.
+type content struct {
+	hash []byte
+	key  string
+}
+
+// differs names what of o differs from c, or returns "" for the same content.
+func (c content) differs(o content) string {
+	switch {
+	case !bytes.Equal(c.hash, o.hash):
+		return "type or body"
+	case c.key != o.key:
+		return "coalesce key"
+	}
+	return ""
 }
 
 // newDelivery is a delivery row to insert at emit: one with a coalesce key, which a newer event
@@ -403,7 +422,7 @@ func (s *Store) newGroupPlan(ctx context.Context, tx *sql.Tx, group []*emitReq, 
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.query(ctx, tx, `SELECT id, seq, body_hash FROM events WHERE id IN (SELECT value FROM json_each(?))`, string(list))
+	rows, err := s.query(ctx, tx, `SELECT id, seq, body_hash, coalesce_key FROM events WHERE id IN (SELECT value FROM json_each(?))`, string(list))
 	if err != nil {
 		return nil, err
 	}
@@ -411,7 +430,7 @@ func (s *Store) newGroupPlan(ctx context.Context, tx *sql.Tx, group []*emitReq, 
 	for rows.Next() {
 		var id string
 		e := &storedEvent{}
-		if err := rows.Scan(&id, &e.seq, &e.hash); err != nil {
+		if err := rows.Scan(&id, &e.seq, &e.hash, &e.key); err != nil {
 			return nil, err
 		}
 		p.known[id] = e
@@ -431,20 +450,20 @@ func (r *emitReq) prefix(i int) string {
 // or earlier event of the request, and every new event fits under the global cap. It changes
 // nothing.
 func (p *groupPlan) check(r *emitReq) error {
-	seen := map[string][]byte{}
+	seen := map[string]content{}
 	depth := p.depth
 	for i, in := range r.events {
-		sum := r.hashes[i]
+		c := content{r.hashes[i], in.CoalesceKey}
 		if prev, ok := seen[in.ID]; ok {
-			if !bytes.Equal(prev, sum) {
-				return fieldErr(r.prefix(i)+"id", fmt.Errorf("event %q appears twice with a different type or body: %w", in.ID, ErrConflict))
+			if d := prev.differs(c); d != "" {
+				return fieldErr(r.prefix(i)+"id", fmt.Errorf("event %q appears twice with a different %s: %w", in.ID, d, ErrConflict))
 			}
 			continue
 		}
-		seen[in.ID] = sum
+		seen[in.ID] = c
 		if e, ok := p.known[in.ID]; ok {
-			if !bytes.Equal(e.hash, sum) {
-				return fieldErr(r.prefix(i)+"id", fmt.Errorf("event %q was already emitted with a different type or body: %w", in.ID, ErrConflict))
+			if d := e.differs(c); d != "" {
+				return fieldErr(r.prefix(i)+"id", fmt.Errorf("event %q was already emitted with a different %s: %w", in.ID, d, ErrConflict))
 			}
 			continue
 		}
@@ -476,7 +495,7 @@ func (p *groupPlan) add(r *emitReq) {
 		res := &r.results[i]
 		res.EventID = in.ID
 		m := p.match(in.Type)
-		p.known[in.ID] = &storedEvent{hash: sum, deliveries: len(m.subs)}
+		p.known[in.ID] = &storedEvent{content: content{sum, in.CoalesceKey}, deliveries: len(m.subs)}
 		p.depth += int64(len(m.subs))
 		if m.plain {
 			event.Fanout, event.fanoutKey = m.ordinals, m.key

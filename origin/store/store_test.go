@@ -427,15 +427,34 @@ func TestEmitIdempotencyAndConflict(t *testing.T) {
 	if !again.Duplicate || again.Deliveries != 2 {
 		t.Fatalf("re-emit: %+v, want a duplicate reporting 2 deliveries", again)
 	}
-	_, err := s.Emit(ctx, EmitInput{ID: "evt_1", Type: "video.trending", Body: []byte(`{"video_id": 8}`)})
-	if !errors.Is(err, ErrConflict) {
-		t.Fatalf("same id, other body: %v, want ErrConflict", err)
+	keyed := EmitInput{ID: "evt_2", Type: "video.trending", Body: []byte(`{}`), CoalesceKey: "v7"}
+	if res, err := s.Emit(ctx, keyed); err != nil || res.Duplicate {
+		t.Fatalf("first keyed emit: %+v, %v", res, err)
 	}
-	_, err = s.Emit(ctx, EmitInput{ID: "evt_1", Type: "video.other", Body: []byte(`{"video_id": 7}`)})
-	if !errors.Is(err, ErrConflict) {
-		t.Fatalf("same id, other type: %v, want ErrConflict", err)
+	if res, err := s.Emit(ctx, keyed); err != nil || !res.Duplicate {
+		t.Fatalf("keyed re-emit: %+v, %v; want a duplicate", res, err)
 	}
-	if c := counts(t, s, "a"); c[StatusPending] != 1 {
+	// The coalesce key changes how the event is delivered: it is content, as the type and body are.
+	for _, tc := range []struct {
+		what   string
+		in     EmitInput
+		differ string // what the error names
+	}{
+		{"other body", EmitInput{ID: "evt_1", Type: "video.trending", Body: []byte(`{"video_id": 8}`)}, "type or body"},
+		{"other type", EmitInput{ID: "evt_1", Type: "video.other", Body: []byte(`{"video_id": 7}`)}, "type or body"},
+		{"a coalesce key", EmitInput{ID: "evt_1", Type: "video.trending", Body: []byte(`{"video_id": 7}`), CoalesceKey: "v7"}, "coalesce key"},
+		{"no coalesce key", EmitInput{ID: "evt_2", Type: "video.trending", Body: []byte(`{}`)}, "coalesce key"},
+		{"other coalesce key", EmitInput{ID: "evt_2", Type: "video.trending", Body: []byte(`{}`), CoalesceKey: "v8"}, "coalesce key"},
+	} {
+		if _, err := s.Emit(ctx, tc.in); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "different "+tc.differ) {
+			t.Errorf("same id, %s: %v, want ErrConflict naming the %s", tc.what, err, tc.differ)
+		}
+	}
+	twins := []EmitInput{{ID: "evt_3", Type: "t", Body: []byte(`{}`)}, {ID: "evt_3", Type: "t", Body: []byte(`{}`), CoalesceKey: "k"}}
+	if _, err := s.EmitBatch(ctx, twins); !errors.Is(err, ErrConflict) || fieldOf(err) != "events[1].id" {
+		t.Errorf("a batch with the id twice, one with a coalesce key: %v, want ErrConflict on events[1].id", err)
+	}
+	if c := counts(t, s, "a"); c[StatusPending] != 2 {
 		t.Fatalf("re-emits created deliveries: %v", c)
 	}
 	ev, err := s.GetEvent(ctx, "evt_1")

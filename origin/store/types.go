@@ -222,7 +222,7 @@ type EmitInput struct {
 type EmitResult struct {
 	EventID    string
 	Deliveries int  // deliveries created (for a duplicate: created by the original emit)
-	Duplicate  bool // the event id was already stored with the same body; nothing was written
+	Duplicate  bool // the event id was already stored with the same content; nothing was written
 	Superseded int  // older pending deliveries replaced by this one
 }
 

@@ -511,6 +511,11 @@ func TestEmitDrainAndDeadLetters(t *testing.T) {
 	if r := c.run("emit", "--id", "evt_1", "--type", "video.trending", "--data", "{}"); r.code != 1 || !strings.Contains(r.stderr, "conflict") {
 		t.Fatalf("conflicting re-emit: %+v", r)
 	}
+	// The coalesce key changes how the event is delivered: another one is a conflict too.
+	if r := c.run("emit", "--id", "evt_1", "--type", "video.trending", "--data", data, "--coalesce-key", "v42"); r.code != 1 ||
+		!strings.Contains(r.stderr, "conflict") || !strings.Contains(r.stderr, "coalesce key") {
+		t.Fatalf("re-emit with a coalesce key: %+v", r)
+	}
 	r := c.runIn(`{"from":"stdin"}`, "emit", "--type", "video.rank_updated", "--data-file", "-")
 	if r.code != 0 {
 		t.Fatalf("emit from stdin: %+v", r)

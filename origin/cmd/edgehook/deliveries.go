@@ -91,8 +91,8 @@ func printDeliveries(w io.Writer, p api.DeliveryPage) error {
 		if d.LastStatus != 0 {
 			last = fmt.Sprintf("%d %s", d.LastStatus, d.LastError)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%.40s\t%s\n", d.ID, d.Status, d.SubscriberID, d.EventID, d.EventType,
-			d.Attempts, last, d.CreatedAt.Format(time.RFC3339))
+		printRow(tw, d.ID, d.Status, d.SubscriberID, d.EventID, d.EventType, d.Attempts, fmt.Sprintf("%.40s", last),
+			d.CreatedAt.Format(time.RFC3339))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/edgehook/edgehook/origin/api"
 )
@@ -39,7 +40,24 @@ func TestExcerptSafeInTerminal(t *testing.T) {
 	if len(d.AttemptLog) != 1 || d.AttemptLog[0].Excerpt != hostile {
 		t.Fatalf("attempt log = %+v, want the answer's excerpt", d.AttemptLog)
 	}
-	if raw := regexp.MustCompile("[\x00-\x08\x0b-\x1f\x7f\u0080-\u009f]").FindString(out); raw != "" {
+	if raw := rawControl.FindString(out); raw != "" {
 		t.Errorf("deliveries show printed control %q raw:\n%s", raw, strings.ToValidUTF8(out, "?"))
+	}
+}
+
+// rawControl matches a control character a terminal acts on, but the tab and newline of a layout.
+var rawControl = regexp.MustCompile("[\x00-\x08\x0b-\x1f\x7f\u0080-\u009f]")
+
+// TestTablesSafeInTerminal: the URL check lets C1 controls through (url.Parse refuses only ASCII
+// ones), in UTF-8 or as a lone byte, so `subscribers list` prints a string an operator or an API
+// client chose. Its table must show them escaped, as the JSON output does, never raw.
+func TestTablesSafeInTerminal(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	c.ok("subscribers", "add", "--id", "s", "--url", "https://x.example/\u009b2J\u009d52;c;aGk=\u009c/\x9b31m", "--events", "*")
+	out := c.ok("subscribers", "list")
+	want := `https://x.example/\u009b2J\u009d52;c;aGk=\u009c/\x9b31m`
+	if rawControl.MatchString(out) || !utf8.ValidString(out) || !strings.Contains(out, want) {
+		t.Errorf("subscribers list printed %+q; want no control raw, and the URL as %s", out, want)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/edgehook/edgehook/origin/config"
 	"github.com/edgehook/edgehook/origin/store"
@@ -308,28 +309,55 @@ func exactArgs(names ...string) cobra.PositionalArgs {
 	}
 }
 
-// printJSON writes v as indented JSON, with DEL and the C1 controls (U+0080–U+009F) escaped as
-// encoding/json escapes those below U+0020: a terminal acts on them too (U+009B starts a control
-// sequence, U+009D an operating-system command), and an attempt's excerpt is a subscriber's text.
+// printJSON writes v as indented JSON, with DEL and the C1 controls escaped as encoding/json
+// escapes those below U+0020 (see escapeControls): an attempt's excerpt is a subscriber's text.
 func printJSON(w io.Writer, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	out := make([]byte, 0, len(b)+1)
-	for i := 0; i < len(b); i++ {
+	// Line by line, as the newlines are the indentation's: encoding/json leaves no C0 control
+	// within a line, and escapeControls writes DEL and C1 as JSON does. It leaves invalid UTF-8
+	// only in a json.RawMessage: replaced as it replaces it in strings, the output stays JSON.
+	var out strings.Builder
+	for line := range strings.SplitSeq(strings.ToValidUTF8(string(b), "\uFFFD"), "\n") {
+		out.WriteString(escapeControls(line))
+		out.WriteByte('\n')
+	}
+	_, err = io.WriteString(w, out.String())
+	return err
+}
+
+// printRow writes cells as one row of a table for a tabwriter, each with escapeControls: tables
+// show what operators and subscribers chose (a URL may carry C1 controls), and a tab or a newline
+// in a cell would break the table too.
+func printRow(w io.Writer, cells ...any) {
+	for i, c := range cells {
+		end := "\t"
+		if i == len(cells)-1 {
+			end = "\n"
+		}
+		io.WriteString(w, escapeControls(fmt.Sprint(c))+end)
+	}
+}
+
+// escapeControls returns s with what a terminal acts on escaped: the C0 controls, DEL and the C1
+// controls (U+0080–U+009F: U+009B starts a control sequence, U+009D an operating-system command)
+// as \u00XX, as JSON escapes them, and each byte of invalid UTF-8 as \xXX (a terminal in a Latin-1
+// locale reads a lone 0x9b as U+009B).
+func escapeControls(s string) string {
+	var b strings.Builder
+	for i, r := range s {
 		switch {
-		case b[i] == 0x7f:
-			out = append(out, `\u007f`...)
-		case b[i] == 0xc2 && i+1 < len(b) && b[i+1] >= 0x80 && b[i+1] <= 0x9f: // U+0080–U+009F in UTF-8
-			out = fmt.Appendf(out, `\u%04x`, b[i+1])
-			i++
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"): // invalid UTF-8, one byte at a time
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r < 0x20 || r >= 0x7f && r <= 0x9f:
+			fmt.Fprintf(&b, `\u%04x`, r)
 		default:
-			out = append(out, b[i])
+			b.WriteRune(r)
 		}
 	}
-	_, err = w.Write(append(out, '\n'))
-	return err
+	return b.String()
 }
 
 // fieldFlags maps the store's field names to the flags that carry them where the names differ.

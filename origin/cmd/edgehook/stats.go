@@ -40,7 +40,7 @@ were delivered in the last minute.`,
 						circuit = "open"
 					}
 					c := sub.Counts
-					fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%s\n", sub.SubscriberID, sub.State,
+					printRow(tw, sub.SubscriberID, sub.State,
 						c[store.StatusPending], c[store.StatusLeased], c[store.StatusHeld], c[store.StatusDead], c[store.StatusDelivered], c[store.StatusSuperseded],
 						time.Duration(sub.OldestDueAgeSeconds*float64(time.Second)).Round(time.Second), sub.DeliveredLastMinute, circuit)
 				}

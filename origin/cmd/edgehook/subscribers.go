@@ -255,7 +255,7 @@ func init() {
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tSTATE\tMODE\tEVENTS\tURL")
 				for _, s := range list.Subscribers {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.ID, s.State, s.Mode, strings.Join(s.Events, ","), s.URL)
+					printRow(tw, s.ID, s.State, s.Mode, strings.Join(s.Events, ","), s.URL)
 				}
 				return tw.Flush()
 			})

@@ -1,7 +1,8 @@
 // Package netguard keeps outgoing requests away from internal addresses: a subscriber's URL is
 // chosen by whoever holds an API token, and must not reach the machine's own services, its private
 // network or a cloud metadata endpoint. The origin's direct sends and the local edge's forwards
-// both dial through Control.
+// both dial through Control. It also tells loopback hosts (Loopback), where the API may answer
+// without a token.
 package netguard
 
 import (
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"syscall"
 )
 
@@ -82,4 +84,16 @@ func Internal(ip netip.Addr) bool {
 		return Internal(netip.AddrFrom4([4]byte(b[2:6])))
 	}
 	return false
+}
+
+// Loopback reports whether host, a name or an IP address as net.SplitHostPort returns it (no
+// port, no brackets), names only loopback addresses: "localhost" in any case, fully qualified
+// ("localhost.") too, as resolvers take it; or an address of 127.0.0.0/8 or ::1, IPv4-mapped too.
+// Any other name could resolve anywhere, and the empty host names no address.
+func Loopback(host string) bool {
+	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }

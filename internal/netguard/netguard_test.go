@@ -21,3 +21,20 @@ func TestInternal(t *testing.T) {
 		}
 	}
 }
+
+func TestLoopback(t *testing.T) {
+	t.Parallel()
+	for host, want := range map[string]bool{
+		// Names are case-insensitive, and a final dot only makes one fully qualified.
+		"localhost": true, "LOCALHOST": true, "LocalHost": true, "localhost.": true,
+		"127.0.0.1": true, "127.0.0.2": true, "127.255.255.254": true, "::1": true, "::ffff:127.0.0.1": true, "::1%lo": true,
+		"0.0.0.0": false, "::": false, "10.0.0.1": false, "::ffff:10.0.0.1": false, "128.0.0.1": false, "::2": false,
+		"localhost..": false, "foo.localhost": false, "localhost.example.com": false, "localhostx": false, "127.0.0.1.": false,
+		// No address (for a listener, every interface); the brackets of an IPv6 URL host are not the host's.
+		"": false, "[::1]": false,
+	} {
+		if got := Loopback(host); got != want {
+			t.Errorf("Loopback(%q) = %v, want %v", host, got, want)
+		}
+	}
+}

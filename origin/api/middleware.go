@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgehook/edgehook/internal/netguard"
 	"github.com/edgehook/edgehook/shared/wire"
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
@@ -258,16 +258,12 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// loopbackHost reports whether a request's Host (host or host:port) is localhost or a loopback
-// address.
+// loopbackHost reports whether a request's Host (host or host:port) is a loopback host
+// (netguard.Loopback). The empty Host names none.
 func loopbackHost(hostport string) bool {
 	host, _, err := net.SplitHostPort(hostport)
 	if err != nil {
-		host = hostport // no port
+		host = strings.TrimSuffix(strings.TrimPrefix(hostport, "["), "]") // no port: an IPv6 address keeps its brackets
 	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"))
-	return err == nil && ip.Unmap().IsLoopback()
+	return netguard.Loopback(host)
 }

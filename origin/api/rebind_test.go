@@ -37,7 +37,7 @@ func TestNoTokenAnswersLoopbackHostsOnly(t *testing.T) {
 	if r := e.do("GET", "/v1/subscribers", nil); !strings.Contains(string(r.body), `"subscribers":[]`) {
 		t.Fatalf("subscribers after the refused requests: %s", r.body)
 	}
-	for _, host := range []string{"127.0.0.1" + port, "localhost" + port, "LocalHost", "[::1]" + port} {
+	for _, host := range []string{"127.0.0.1" + port, "localhost" + port, "LocalHost", "localhost." + port, "[::1]" + port, "[::1]", "127.0.0.2"} {
 		if got := create(host); got != http.StatusCreated {
 			t.Errorf("Host %s: status %d, want 201", host, got)
 		}

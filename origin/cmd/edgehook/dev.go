@@ -21,6 +21,7 @@ import (
 
 	"github.com/edgehook/edgehook/edge/harness"
 	"github.com/edgehook/edgehook/edge/relay"
+	"github.com/edgehook/edgehook/internal/netguard"
 	"github.com/edgehook/edgehook/origin/api"
 	"github.com/edgehook/edgehook/origin/engine"
 	"github.com/edgehook/edgehook/origin/store"
@@ -75,7 +76,7 @@ delivery as it arrives, and runs until Ctrl-C; emit more with curl against --lis
 			if err != nil {
 				return err
 			}
-			if !isLoopback(host) {
+			if !netguard.Loopback(host) {
 				return usagef("--listen: %q is not a loopback host:port; dev serves the API without a token", listen)
 			}
 			if _, err := checkHostPort("--edge-listen", edgeListen); err != nil {

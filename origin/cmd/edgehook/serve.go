@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/edgehook/edgehook/internal/netguard"
 	"github.com/edgehook/edgehook/origin/api"
 	"github.com/edgehook/edgehook/origin/config"
 	"github.com/edgehook/edgehook/origin/engine"
@@ -69,7 +70,7 @@ func checkServe() error {
 			return usagef("--token: tokens must be non-empty and contain no white space")
 		}
 	}
-	if len(serveFlags.tokens) == 0 && !isLoopback(host) {
+	if len(serveFlags.tokens) == 0 && !netguard.Loopback(host) { // an empty host is every interface
 		return usagef("--listen: %s is not a loopback address; set --token (or EDGEHOOK_TOKEN) to serve on it", serveFlags.listen)
 	}
 	if serveFlags.batchBodyLimit < global.bodyLimit {
@@ -89,16 +90,6 @@ func checkHostPort(flag, addr string) (string, error) {
 		return "", usagef("%s: %q is not host:port: %v", flag, addr, err)
 	}
 	return host, nil
-}
-
-// isLoopback reports whether host names only loopback addresses. An empty host means every
-// interface, and a name other than "localhost" could resolve anywhere: neither is loopback.
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // newRegistry is the Prometheus registry /metrics serves, with the Go and process collectors.

@@ -21,6 +21,9 @@ func TestCheckServeListen(t *testing.T) {
 		{"127.9.9.9:0", false, true},
 		{"[::1]:8080", false, true},
 		{"localhost:8080", false, true},
+		// Names are case-insensitive: the API took Host "LOCALHOST" as loopback, serve refused it.
+		{"LOCALHOST:8080", false, true},
+		{"localhost.:8080", false, true},
 		{":8080", false, false}, // every interface
 		{"0.0.0.0:8080", false, false},
 		{"[::]:8080", false, false},

@@ -46,7 +46,8 @@ const (
 func KnownReason(reason string) bool {
 	switch reason {
 	case ReasonMethod, ReasonBodyTooLarge, ReasonMissingHeader, ReasonMalformedHeader, ReasonStaleTimestamp, ReasonBadSignature,
-		ReasonUnknownSubscriber, ReasonBadRecord, ReasonMisconfigured, ReasonKVUnavailable, ReasonEdgePanic, ReasonEdgeCrashed:
+		ReasonUnknownSubscriber, ReasonBadRecord, ReasonMisconfigured, ReasonKVUnavailable, ReasonEdgePanic, ReasonEdgeCrashed,
+		ReasonBlockedAddress:
 		return true
 	}
 	return false

@@ -1,6 +1,10 @@
 package wire_test
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -42,5 +46,38 @@ func TestRejected(t *testing.T) {
 		if _, ok := o.IsRejected(); ok {
 			t.Errorf("%q.IsRejected() = true", o)
 		}
+	}
+}
+
+// TestKnownReasonNamesEveryReason reads the Reason constants from outcome.go, so that a reason
+// added there and not to KnownReason is caught: its rejections would be counted as "other".
+func TestKnownReasonNamesEveryReason(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "outcome.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	ast.Inspect(f, func(node ast.Node) bool {
+		spec, ok := node.(*ast.ValueSpec)
+		if !ok || len(spec.Values) != len(spec.Names) {
+			return true
+		}
+		for i, name := range spec.Names {
+			lit, ok := spec.Values[i].(*ast.BasicLit)
+			if !ok || !strings.HasPrefix(name.Name, "Reason") {
+				continue
+			}
+			n++
+			if reason, _ := strconv.Unquote(lit.Value); !wire.KnownReason(reason) {
+				t.Errorf("KnownReason(%s = %s) is false", name.Name, lit.Value)
+			}
+		}
+		return true
+	})
+	if n < 10 {
+		t.Fatalf("found %d Reason constants in outcome.go; the test no longer reads them", n)
+	}
+	if wire.KnownReason("made_up") {
+		t.Error(`KnownReason("made_up") is true`)
 	}
 }

@@ -109,15 +109,18 @@ func ToError(err error) *Error {
 // with the request id (the cause never carries payloads or secrets: the store does not put them
 // in errors).
 func (s *Server) errorHandler(err error, c echo.Context) {
-	if errors.Is(err, context.Canceled) && c.Request().Context().Err() != nil && !c.Response().Committed {
+	e := ToError(err)
+	gone := c.Request().Context().Err() != nil && !c.Response().Committed
+	if gone && (errors.Is(err, context.Canceled) || e.Code == CodeUnavailable) {
 		// The client went away while the handler waited (for the database's lock, most often): no
-		// failure of the server's, and no answer reaches anyone. Recorded as 499, as nginx does,
-		// so that an alert on 5xx is not paged by clients' timeouts.
-		s.log.Info("client went away before the answer", "request_id", requestID(c), "route", c.Path())
+		// answer reaches anyone, and the wait is no failure of the server's (an emit whose
+		// transaction had begun waits for it, and may then fail on the lock: busy for the client
+		// that gave up on it). Recorded as 499, as nginx does, so that an alert on 5xx is not
+		// paged by clients' timeouts.
+		s.log.Info("client went away before the answer", "request_id", requestID(c), "route", c.Path(), "err", err)
 		c.Response().WriteHeader(StatusClientClosed)
 		return
 	}
-	e := ToError(err)
 	if e.Status >= 500 {
 		s.log.Error("request failed", "request_id", requestID(c), "status", e.Status, "code", e.Code, "err", e.Err)
 	}

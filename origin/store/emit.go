@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -25,7 +26,17 @@ type emitReq struct {
 	results []EmitResult
 	err     error
 	done    chan struct{}
+	// state is who has the request: emitQueued until the committer takes it into a transaction
+	// (emitTaken) or its caller gives up first (emitWithdrawn), whichever comes first.
+	state atomic.Int32
 }
+
+// The states of an emitReq.
+const (
+	emitQueued int32 = iota
+	emitTaken
+	emitWithdrawn
+)
 
 // Emit stores one event and a delivery for every matching subscriber that is not disabled. It
 // returns after the transaction carrying it has committed (see EmitBatch). Most deliveries become
@@ -76,8 +87,11 @@ func (s *Store) emit(ctx context.Context, ins []EmitInput, field string) ([]Emit
 		return nil, ctx.Err()
 	}
 	// A caller that gives up before its request's transaction begins has it dropped (not stored);
-	// once begun it is committed or failed whatever ctx does. Either way a retry with the same ids
-	// is idempotent.
+	// once begun it is committed or failed whatever ctx does, and the caller hears which: told
+	// ctx's error, an `edgehook emit` stopped by a signal while its transaction waited for another
+	// process's lock exited 1, and its event was stored all the same (a PHP caller emitting it
+	// again without an id stored it twice). The wait is bounded: the transaction commits or fails
+	// within the busy timeout.
 	select {
 	case <-req.done:
 		return req.results, req.err
@@ -91,7 +105,11 @@ func (s *Store) emit(ctx context.Context, ins []EmitInput, field string) ([]Emit
 			return nil, ErrClosed
 		}
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		if req.state.CompareAndSwap(emitQueued, emitWithdrawn) {
+			return nil, ctx.Err()
+		}
+		<-req.done
+		return req.results, req.err
 	}
 }
 
@@ -250,13 +268,15 @@ func (s *Store) commitGroup(group []*emitReq) {
 }
 
 // live answers and leaves out the requests whose callers have gone (a client that timed out while
-// the database was locked, an interrupted CLI): not written, as their callers were told. An
+// the database was locked, an interrupted CLI): not written, as their callers were told. It takes
+// the others, whose callers now wait for their answer whatever their contexts do. An
 // application that then sends the event again without its id stores it once, not twice.
 func live(group []*emitReq) []*emitReq {
 	kept := group[:0]
 	for _, r := range group {
-		if err := r.ctx.Err(); err != nil {
-			r.err = err
+		// Withdrawn, its caller has gone too (emit): not taken once its ctx is done.
+		if r.ctx.Err() != nil || !r.state.CompareAndSwap(emitQueued, emitTaken) {
+			r.err = r.ctx.Err()
 			close(r.done)
 			continue
 		}

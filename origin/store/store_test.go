@@ -1216,19 +1216,7 @@ func TestOpeningANewFileTogetherWaits(t *testing.T) {
 func TestAnEmitWhoseCallerLeftIsNotStored(t *testing.T) {
 	t.Parallel()
 	s, _ := open(t, Options{BusyTimeout: 10 * time.Second})
-	other, err := sql.Open("sqlite", "file:"+s.opts.Path+"?_pragma=busy_timeout(5000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	lock, err := other.Conn(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Close()
-	if _, err := lock.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
-		t.Fatal(err)
-	}
+	lock := lockFile(t, s.opts.Path)
 	first := make(chan error, 1)
 	go func() { // taken by the committer at once: its transaction waits for the lock
 		_, err := s.Emit(context.Background(), EmitInput{ID: "first", Type: "t", Body: []byte(`{}`)})
@@ -1252,5 +1240,63 @@ func TestAnEmitWhoseCallerLeftIsNotStored(t *testing.T) {
 	mustEmit(t, s, "after", "t", `{}`) // the committer has passed the gone request's turn
 	if _, err := s.GetEvent(context.Background(), "gone"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("the event whose caller left before its transaction began: %v, want it not stored", err)
+	}
+}
+
+// lockFile takes the write lock of the database at path as another process would, with a write
+// transaction on a connection of its own, until the test ends or it runs ROLLBACK on it.
+func lockFile(t *testing.T, path string) *sql.Conn {
+	t.Helper()
+	other, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	lock, err := other.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lock.Close() })
+	if _, err := lock.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	return lock
+}
+
+// TestAnEmitWhoseCallerLeavesDuringItsTransactionHearsItsOutcome: a caller that gives up once its
+// request's transaction has begun (an `edgehook emit` stopped by a signal while it waited for
+// another process's lock) is not told it failed while the event is stored after all: it waits for
+// the commit and hears it. Before, it was told its context's error (the CLI exited 1) and the
+// event was stored once the lock was released.
+func TestAnEmitWhoseCallerLeavesDuringItsTransactionHearsItsOutcome(t *testing.T) {
+	t.Parallel()
+	s, _ := open(t, Options{BusyTimeout: 10 * time.Second})
+	lock := lockFile(t, s.opts.Path)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type answer struct {
+		res EmitResult
+		err error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		res, err := s.Emit(ctx, EmitInput{ID: "e1", Type: "t", Body: []byte(`{}`)})
+		answered <- answer{res, err}
+	}()
+	// The committer's transaction holds the writer's one connection while BEGIN waits for the lock.
+	for deadline := time.Now().Add(5 * time.Second); s.w.Stats().InUse == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the emit's transaction did not begin")
+		}
+	}
+	cancel()
+	if _, err := lock.ExecContext(context.Background(), "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	a := <-answered
+	mustEmit(t, s, "after", "t", `{}`) // the committer has passed e1's transaction
+	_, stored := s.GetEvent(context.Background(), "e1")
+	if a.err != nil || stored != nil || a.res.EventID != "e1" {
+		t.Fatalf("emit answered %+v, %v; the event read back: %v; want it stored and answered so", a.res, a.err, stored)
 	}
 }

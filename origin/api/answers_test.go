@@ -80,3 +80,52 @@ func TestAnswerIsTheCallersOwnWhenPatchesRace(t *testing.T) {
 		t.Fatalf("%d PATCH answers showed another PATCH's value, not their own", mismatch)
 	}
 }
+
+// TestAListingShowsEverySubscriberWithItsSecrets: GET /v1/subscribers reads the subscribers and
+// their secrets in one transaction; in two reads, a delete and a create of an id committing in
+// between listed the subscriber with no secret at all.
+func TestAListingShowsEverySubscriberWithItsSecrets(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for i := range 20 {
+		e.addSubscriber(api.SubscriberRequest{ID: fmt.Sprintf("s%02d", i), URL: "https://example.com/h", Events: []string{"*"}})
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // deletes each subscriber and creates it again, round and round
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			id := fmt.Sprintf("s%02d", i%20)
+			if r, err := e.send("DELETE", "/v1/subscribers/"+id, nil); err != nil || r.status != 204 {
+				t.Errorf("DELETE %s: %v %d", id, err, r.status)
+				return
+			}
+			if r, err := e.send("POST", "/v1/subscribers", api.SubscriberRequest{ID: id, URL: "https://example.com/h", Events: []string{"*"}}); err != nil || r.status != 201 {
+				t.Errorf("POST %s: %v %d", id, err, r.status)
+				return
+			}
+		}
+	}()
+	bad := 0
+	for i := 0; i < 500 && bad == 0; i++ { // before the fix, once in 10-50 listings
+		var list api.SubscriberList
+		e.do("GET", "/v1/subscribers", nil).want(t, 200).decode(t, &list)
+		for _, s := range list.Subscribers {
+			if len(s.Secrets) == 0 {
+				bad++
+				t.Logf("listing %d shows %s without a secret", i, s.ID)
+			}
+		}
+	}
+	close(done)
+	wg.Wait()
+	if bad > 0 {
+		t.Fatalf("%d subscribers listed without their secrets", bad)
+	}
+}

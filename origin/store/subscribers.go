@@ -335,7 +335,15 @@ func getSubscriber(ctx context.Context, tx *sql.Tx, id string) (*Subscriber, err
 
 // ListSubscribers returns every subscriber, ordered by id, with secrets.
 func (s *Store) ListSubscribers(ctx context.Context) ([]*Subscriber, error) {
-	return s.listSubscribers(ctx, s.r, "")
+	// One read transaction, as GetSubscriber: a delete committing between the subscribers' read
+	// and their secrets' listed the subscriber without a secret, and one deleted and created
+	// again paired the old row with the new subscriber's secrets.
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	return s.listSubscribers(ctx, tx, "")
 }
 
 func (s *Store) listSubscribers(ctx context.Context, q interface {

@@ -603,6 +603,13 @@ func TestRetryReplayListAndPrune(t *testing.T) {
 	if _, err := s.RetryDelivery(ctx, "dlv_nope_1", clk.Now()); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("unknown id: %v", err)
 	}
+	// An id is the one DeliveryID renders: no other spelling of its number reaches the delivery.
+	prefix, num, _ := strings.Cut(strings.TrimPrefix(cs[1].DeliveryID, "dlv_"), "_")
+	for _, alias := range []string{"+" + num, "0" + num, " " + num} {
+		if _, err := s.GetDelivery(ctx, "dlv_"+prefix+"_"+alias); !errors.Is(err, ErrNotFound) {
+			t.Errorf("the alias %q of %s: %v, want ErrNotFound", alias, cs[1].DeliveryID, err)
+		}
+	}
 	d, err = s.RetryDelivery(ctx, cs[1].DeliveryID, clk.Now())
 	if err != nil || d.Status != StatusPending || d.Attempts != 0 {
 		t.Fatalf("retry: %+v %v", d, err)

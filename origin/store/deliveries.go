@@ -17,11 +17,12 @@ func (s *Store) DeliveryID(seq int64) string {
 	return "dlv_" + s.storeID + "_" + strconv.FormatInt(seq, 10)
 }
 
-// deliverySeq parses a public delivery id of this store.
+// deliverySeq parses a public delivery id of this store: only as DeliveryID renders it, so that
+// one delivery has one id (ParseInt alone took "+42" and "042" for 42).
 func (s *Store) deliverySeq(id string) (int64, error) {
 	rest, ok := strings.CutPrefix(id, "dlv_"+s.storeID+"_")
 	seq, err := strconv.ParseInt(rest, 10, 64)
-	if !ok || err != nil || seq <= 0 {
+	if !ok || err != nil || seq <= 0 || strconv.FormatInt(seq, 10) != rest {
 		return 0, fmt.Errorf("delivery %q: %w", id, ErrNotFound)
 	}
 	return seq, nil

@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	_ "modernc.org/sqlite"
 
 	"github.com/edgehook/edgehook/edge/harness/harnesstest"
 	"github.com/edgehook/edgehook/internal/syncbuf"
@@ -299,71 +301,13 @@ func emit(t *testing.T, api string) {
 // video.trending to the legacy sample. Then a subscriber added through the API while dev runs
 // must reach the local edge and get its event.
 func TestDev(t *testing.T) {
-	cmd := edgehook("--db", filepath.Join(t.TempDir(), "dev.db"), "--log-level", "warn",
-		"dev", "--listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0", "--wasm", wasmPath)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr := &syncbuf.Buffer{}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
+	d := startDev(t, filepath.Join(t.TempDir(), "dev.db"))
 	defer func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		for range lines { // drain until dev closes its output
-		}
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("dev after Ctrl-C: %v\n%s", err, stderr)
+		if err := d.stop(); err != nil {
+			t.Errorf("dev after Ctrl-C: %v\n%s", err, d.stderr)
 		}
 	}()
-
-	want := map[string]int{"sample-standard": 3, "sample-legacy": 1}
-	timeout := time.After(time.Minute)
-	var seen []string
-	api := ""
-	for remaining := 4; remaining > 0; {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				t.Fatalf("dev exited early:\n%s\n%s", strings.Join(seen, "\n"), stderr)
-			}
-			seen = append(seen, line)
-			f := strings.Fields(line)
-			switch {
-			case len(f) >= 2 && f[0] == "api":
-				api = f[1]
-			case len(f) >= 2 && f[0] == "received" && want[f[1]] > 0:
-				if !strings.Contains(line, "signature verified") {
-					t.Fatalf("a sample receiver rejected a delivery: %s", line)
-				}
-				_, data, _ := strings.Cut(line, "signature verified  ")
-				if !slices.ContainsFunc(seen, func(l string) bool { return strings.HasPrefix(l, "emit") && strings.HasSuffix(l, " "+data) }) {
-					t.Fatalf("a delivery printed before its emit: %s\n%s", line, strings.Join(seen, "\n"))
-				}
-				want[f[1]]--
-				remaining--
-			}
-		case <-timeout:
-			t.Fatalf("missing deliveries %v after a minute:\n%s\n%s", want, strings.Join(seen, "\n"), stderr)
-		}
-	}
-	go func() { // keep draining: dev blocks on a full pipe
-		for range lines {
-		}
-	}()
-	if api == "" {
-		t.Fatalf("dev printed no api line:\n%s", strings.Join(seen, "\n"))
-	}
+	api := d.samplesDelivered(t)
 	// One /metrics for the engine and the API, as serve has (the outcome is written, and counted,
 	// a moment after the receiver has it).
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
@@ -413,8 +357,149 @@ func TestDev(t *testing.T) {
 			t.Fatalf("the subscriber added while dev runs got an unverifiable delivery: %v", err)
 		}
 	case <-time.After(time.Minute):
-		t.Fatalf("the subscriber added while dev runs got nothing in a minute:\n%s", stderr)
+		t.Fatalf("the subscriber added while dev runs got nothing in a minute:\n%s", d.stderr)
 	}
+}
+
+// TestDevExitsOneWhenItCannotWriteOutcomes: a send answered as dev stops, whose outcome it cannot
+// write (another process holds the database's lock past --busy-timeout), makes dev exit 1 naming
+// what failed, as serve does: it ignored the engine's error and exited 0.
+func TestDevExitsOneWhenItCannotWriteOutcomes(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "dev.db")
+	d := startDev(t, db, "--busy-timeout", "100ms")
+	api := d.samplesDelivered(t)
+	sent, free := make(chan struct{}, 1), make(chan struct{})
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		select {
+		case sent <- struct{}{}:
+		default:
+		}
+		select { // held: in flight until the test frees it
+		case <-free:
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer rcv.Close()
+	post(t, api+"/v1/subscribers", `{"id":"held","url":"`+rcv.URL+`/hook","events":["test.held"],"mode":"edge"}`, http.StatusCreated)
+	post(t, api+"/v1/events", `{"type":"test.held","data":{}}`, http.StatusAccepted)
+	select {
+	case <-sent:
+	case <-time.After(time.Minute):
+		t.Fatalf("the held subscriber got nothing in a minute:\n%s", d.stderr)
+	}
+
+	sqlDB, err := sql.Open("sqlite", "file:"+db+"?_txlock=immediate") // BEGIN IMMEDIATE: the write lock at once
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sqlDB.Close()
+	lock, err := sqlDB.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback()
+	_ = d.cmd.Process.Signal(os.Interrupt)
+	close(free) // answered within the grace: its outcome is the stop's to write
+	err = d.wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(d.stderr.String(), "edgehook: writing outcomes") {
+		t.Fatalf("dev ended with %v, unable to write an outcome, want exit 1 and a line naming it; log:\n%s", err, d.stderr)
+	}
+}
+
+// devRun is a running `edgehook dev` and what it prints.
+type devRun struct {
+	cmd       *exec.Cmd
+	lines     chan string // its standard output, closed when dev closes it
+	stderr    *syncbuf.Buffer
+	api, edge string // the addresses it printed, once samplesDelivered has returned
+}
+
+// startDev runs `edgehook dev` on the database file db, with the global flags args, on free ports.
+// The test stops it (stop) and says how it should have exited.
+func startDev(t *testing.T, db string, args ...string) *devRun {
+	t.Helper()
+	cmd := edgehook(append(append([]string{"--db", db, "--log-level", "warn"}, args...),
+		"dev", "--listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0", "--wasm", wasmPath)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &devRun{cmd: cmd, lines: make(chan string), stderr: &syncbuf.Buffer{}}
+	cmd.Stderr = d.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(d.lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			d.lines <- sc.Text()
+		}
+	}()
+	return d
+}
+
+// stop interrupts dev as Ctrl-C does and returns how it exited.
+func (d *devRun) stop() error {
+	_ = d.cmd.Process.Signal(os.Interrupt)
+	return d.wait()
+}
+
+// wait returns how dev exited.
+func (d *devRun) wait() error {
+	for range d.lines { // drain until dev closes its output
+	}
+	return d.cmd.Wait()
+}
+
+// samplesDelivered reads dev's output until every sample delivery is printed as received and
+// verified, each after its emit: three events to the Standard Webhooks sample, the one
+// video.trending to the legacy sample. It returns the API's URL, and keeps reading the output
+// (dev blocks on a full pipe).
+func (d *devRun) samplesDelivered(t *testing.T) string {
+	t.Helper()
+	want := map[string]int{"sample-standard": 3, "sample-legacy": 1}
+	timeout := time.After(time.Minute)
+	var seen []string
+	for remaining := 4; remaining > 0; {
+		select {
+		case line, ok := <-d.lines:
+			if !ok {
+				t.Fatalf("dev exited early:\n%s\n%s", strings.Join(seen, "\n"), d.stderr)
+			}
+			seen = append(seen, line)
+			f := strings.Fields(line)
+			switch {
+			case len(f) >= 2 && f[0] == "api":
+				d.api = f[1]
+			case len(f) >= 2 && f[0] == "edge":
+				d.edge = f[1]
+			case len(f) >= 2 && f[0] == "received" && want[f[1]] > 0:
+				if !strings.Contains(line, "signature verified") {
+					t.Fatalf("a sample receiver rejected a delivery: %s", line)
+				}
+				_, data, _ := strings.Cut(line, "signature verified  ")
+				if !slices.ContainsFunc(seen, func(l string) bool { return strings.HasPrefix(l, "emit") && strings.HasSuffix(l, " "+data) }) {
+					t.Fatalf("a delivery printed before its emit: %s\n%s", line, strings.Join(seen, "\n"))
+				}
+				want[f[1]]--
+				remaining--
+			}
+		case <-timeout:
+			t.Fatalf("missing deliveries %v after a minute:\n%s\n%s", want, strings.Join(seen, "\n"), d.stderr)
+		}
+	}
+	go func() {
+		for range d.lines {
+		}
+	}()
+	if d.api == "" || d.edge == "" {
+		t.Fatalf("dev did not print its api and edge lines:\n%s", strings.Join(seen, "\n"))
+	}
+	return d.api
 }
 
 // post sends a JSON body and wants the status; it returns the response body.

@@ -65,7 +65,9 @@ func init() {
 the database file (--db), the edge relay as a WASI module in wazero (what ` + "`edge local`" + ` runs), and
 local receivers for two sample subscribers in edge mode — one verifying Standard Webhooks
 signatures, one the legacy X-VVV-Signature profile. It emits a few sample events, prints each
-delivery as it arrives, and runs until Ctrl-C; emit more with curl against --listen.`,
+delivery as it arrives, and runs until Ctrl-C; emit more with curl against --listen. Stopping, it
+lets sends in flight finish for up to ` + engine.DefaultStopGrace.String() + ` and exits 0, or 1 if it could not write the
+outcomes of some sends (they are sent again once their leases expire).`,
 		Example: `  make run
   edgehook dev --db build/dev.db
   ` + emitCurl("http://"+DefaultDevListen),
@@ -96,7 +98,7 @@ delivery as it arrives, and runs until Ctrl-C; emit more with curl against --lis
 	rootCmd.AddCommand(cmd)
 }
 
-func runDev(ctx context.Context, out io.Writer, log *slog.Logger, listen, edgeListen, wasm string) error {
+func runDev(ctx context.Context, out io.Writer, log *slog.Logger, listen, edgeListen, wasm string) (err error) {
 	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
 	// Both ports first: a taken one fails the start before anything has said it runs.
 	apiLn, err := listenOn("--listen", listen)
@@ -185,7 +187,8 @@ func runDev(ctx context.Context, out io.Writer, log *slog.Logger, listen, edgeLi
 	if err := eng.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
-	defer eng.Stop(context.WithoutCancel(ctx))
+	// As serve: outcomes the stop could not write make dev fail, naming what failed.
+	defer func() { err = errors.Join(err, eng.Stop(context.WithoutCancel(ctx))) }()
 	apiSrv, err := api.New(api.Options{Store: st, BodyLimit: int64(global.bodyLimit), Logger: log, Registry: reg,
 		Wake: func() { syncKV(); eng.Wake() }})
 	if err != nil {

@@ -1,4 +1,5 @@
-# origin/api, origin/cmd/edgehook, origin/config: the operator's interface.
+# origin/api, origin/cmd/edgehook, origin/config: the operator's interface (and internal/httpserve, the
+# bounds its HTTP servers put on clients).
 TEST_TARGETS += test-api
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -19,4 +20,4 @@ dist:
 	GOOS=linux GOARCH=arm64 $(EDGEHOOK_BUILD) -o build/dist/edgehook-linux-arm64 ./origin/cmd/edgehook
 
 test-api:
-	$(GO) test -race -count=1 ./origin/api/... ./origin/cmd/... ./origin/config/...
+	$(GO) test -race -count=1 ./origin/api/... ./origin/cmd/... ./origin/config/... ./internal/httpserve/

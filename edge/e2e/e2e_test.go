@@ -12,8 +12,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +31,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/edgehook/edgehook/edge/harness/harnesstest"
+	"github.com/edgehook/edgehook/internal/httpserve"
 	"github.com/edgehook/edgehook/internal/syncbuf"
 	"github.com/edgehook/edgehook/shared/signature"
 	"github.com/edgehook/edgehook/shared/wire"
@@ -407,6 +410,69 @@ func TestDevExitsOneWhenItCannotWriteOutcomes(t *testing.T) {
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(d.stderr.String(), "edgehook: writing outcomes") {
 		t.Fatalf("dev ended with %v, unable to write an outcome, want exit 1 and a line naming it; log:\n%s", err, d.stderr)
 	}
+}
+
+// TestDevCutsOffStalledBodies: dev's API, edge and sample receivers each close a connection whose
+// client sent a request's head and stalled in its body, within the bound serve and edge local
+// keep (httpserve.ReadTimeout of the largest body each takes). They had only a header timeout:
+// such a client held a connection, a goroutine and a buffer for ever. It waits out the bounds,
+// a minute and more.
+func TestDevCutsOffStalledBodies(t *testing.T) {
+	t.Parallel()
+	d := startDev(t, filepath.Join(t.TempDir(), "dev.db"))
+	defer func() {
+		if err := d.stop(); err != nil {
+			t.Errorf("dev after Ctrl-C: %v\n%s", err, d.stderr)
+		}
+	}()
+	api := d.samplesDelivered(t)
+	var sample struct {
+		URL string `json:"url"`
+	}
+	resp, err := http.Get(api + "/v1/subscribers/sample-standard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = json.NewDecoder(resp.Body).Decode(&sample)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The largest body each takes: the API's default batch, the edge's and a receiver's 1 MiB.
+	servers := []struct {
+		name, url string
+		limit     int64
+	}{{"api", api + "/v1/events", 8 << 20}, {"edge", d.edge + "/", 1 << 20}, {"receiver", sample.URL, 1 << 20}}
+	var wg sync.WaitGroup
+	for _, srv := range servers {
+		wg.Go(func() {
+			u, err := url.Parse(srv.url)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			c, err := net.Dial("tcp", u.Host)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			head := "POST " + u.Path + " HTTP/1.1\r\nHost: " + u.Host + "\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"n\":"
+			if _, err := io.WriteString(c, head); err != nil {
+				t.Error(err)
+				return
+			}
+			// Whatever the server answers, it must then close: the read ends at EOF, not at this deadline.
+			bound := httpserve.ReadTimeout(srv.limit)
+			start := time.Now()
+			c.SetReadDeadline(start.Add(bound + 20*time.Second))
+			if answer, err := io.ReadAll(c); err != nil {
+				t.Errorf("dev's %s: the connection was still open %s after the stalled body, with a bound of %s (%v); answered %q",
+					srv.name, time.Since(start).Round(time.Second), bound, err, answer)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // devRun is a running `edgehook dev` and what it prints.

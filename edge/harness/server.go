@@ -20,6 +20,7 @@ import (
 	"github.com/edgehook/edgehook/edge/relay/httpupstream"
 	"github.com/edgehook/edgehook/edge/relay/memkv"
 	"github.com/edgehook/edgehook/internal/h1"
+	"github.com/edgehook/edgehook/internal/httpserve"
 	"github.com/edgehook/edgehook/internal/netguard"
 	"github.com/edgehook/edgehook/shared/wire"
 )
@@ -56,7 +57,11 @@ type Config struct {
 	// default, as the origin's direct mode.
 	AllowNetworks []netip.Prefix
 	// ReadTimeout bounds the reading of one request, head and body; zero means
-	// readTimeout(Relay.MaxBody).
+	// httpserve.ReadTimeout(Relay.MaxBody), the origin's serve rule: an origin sending at 1 MiB/s
+	// still gets the largest body the edge takes (relay.MaxMaxBody, 100 MiB: 160 s) in. On
+	// loopback, where the local edge usually runs, that body takes well under a second; the margin
+	// is for an origin across a real network. No module instance waits on a slow body: one is
+	// taken only once the body is read.
 	ReadTimeout time.Duration
 }
 
@@ -74,19 +79,8 @@ func (c *Config) setDefaults() {
 		c.CallTimeout = DefaultCallTimeout
 	}
 	if c.ReadTimeout == 0 {
-		c.ReadTimeout = readTimeout(c.Relay.MaxBody)
+		c.ReadTimeout = httpserve.ReadTimeout(c.Relay.MaxBody)
 	}
-}
-
-// readTimeout bounds the reading of a request whose body may be up to maxBody bytes, as the
-// origin's serve bounds its own: a minute, and a second more per MiB, so an origin sending at
-// 1 MiB/s still gets the largest body the edge takes (relay.MaxMaxBody, 100 MiB: 160 s) in. On
-// loopback, where the local edge usually runs, that body takes well under a second; the margin is
-// for an origin across a real network. Without a bound, a client that sent a head and stalled in
-// the body held its connection, its goroutine and a buffer of its Content-Length (up to maxBody)
-// for ever; no module instance, which is taken only once the body is read.
-func readTimeout(maxBody int64) time.Duration {
-	return time.Minute + time.Duration(maxBody>>20)*time.Second
 }
 
 // Server is a local edge: the module host, its KV namespaces and the HTTP handler.
@@ -134,11 +128,8 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 // Serve serves on ln until ctx ends, then lets requests in flight finish and returns nil.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	// Idle connections are kept as long as the origin's serve keeps them, longer than the origin
-	// keeps its own (90 s): the origin closes an idle connection before the edge does, rather than
-	// send a request on one the edge is closing.
-	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: s.cfg.ReadTimeout,
-		IdleTimeout: 2 * time.Minute}
+	srv := httpserve.New(s.handler, s.cfg.Relay.MaxBody)
+	srv.ReadTimeout = s.cfg.ReadTimeout
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {

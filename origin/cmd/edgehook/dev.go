@@ -21,6 +21,7 @@ import (
 
 	"github.com/edgehook/edgehook/edge/harness"
 	"github.com/edgehook/edgehook/edge/relay"
+	"github.com/edgehook/edgehook/internal/httpserve"
 	"github.com/edgehook/edgehook/internal/netguard"
 	"github.com/edgehook/edgehook/origin/api"
 	"github.com/edgehook/edgehook/origin/engine"
@@ -128,7 +129,7 @@ func runDev(ctx context.Context, out io.Writer, log *slog.Logger, listen, edgeLi
 		if err != nil {
 			return err
 		}
-		url := serveOn(srvCtx, &servers, ln, rcv)
+		url := serveOn(srvCtx, &servers, ln, rcv, receiverBodyLimit)
 		sub, err := upsertSample(ctx, st, s, url+"/webhooks")
 		if err != nil {
 			return err
@@ -140,9 +141,10 @@ func runDev(ctx context.Context, out io.Writer, log *slog.Logger, listen, edgeLi
 	if err != nil {
 		return err
 	}
-	edge, err := harness.New(ctx, harness.Config{WASMPath: wasm, Relay: relay.Config{
+	edgeCfg := relay.Config{
 		Secrets: []signature.Secret{edgeSecret}, Tolerance: relay.DefaultTolerance, DedupTTL: relay.DefaultDedupTTL, MaxBody: relay.DefaultMaxBody,
-	}, AllowNetworks: loopbackNetworks}, log) // the sample receivers are on loopback
+	}
+	edge, err := harness.New(ctx, harness.Config{WASMPath: wasm, Relay: edgeCfg, AllowNetworks: loopbackNetworks}, log) // the sample receivers are on loopback
 	if err != nil {
 		return err
 	}
@@ -175,7 +177,7 @@ func runDev(ctx context.Context, out io.Writer, log *slog.Logger, listen, edgeLi
 			}
 		}
 	})
-	edgeURL := serveOn(srvCtx, &servers, edgeLn, edge.Handler())
+	edgeURL := serveOn(srvCtx, &servers, edgeLn, edge.Handler(), edgeCfg.MaxBody)
 	say("edge      %s  (the relay core as a WASI module in wazero; %d subscriber records)", edgeURL, n)
 
 	reg := newRegistry() // one /metrics for the engine and the API, as serve has
@@ -189,12 +191,14 @@ func runDev(ctx context.Context, out io.Writer, log *slog.Logger, listen, edgeLi
 	}
 	// As serve: outcomes the stop could not write make dev fail, naming what failed.
 	defer func() { err = errors.Join(err, eng.Stop(context.WithoutCancel(ctx))) }()
-	apiSrv, err := api.New(api.Options{Store: st, BodyLimit: int64(global.bodyLimit), Logger: log, Registry: reg,
+	// Batches as large as serve's default, or one event of the largest data.
+	batchLimit := max(api.DefaultBatchBodyLimit, int64(global.bodyLimit))
+	apiSrv, err := api.New(api.Options{Store: st, BodyLimit: int64(global.bodyLimit), BatchBodyLimit: batchLimit, Logger: log, Registry: reg,
 		Wake: func() { syncKV(); eng.Wake() }})
 	if err != nil {
 		return err
 	}
-	apiURL := serveOn(srvCtx, &servers, apiLn, apiSrv)
+	apiURL := serveOn(srvCtx, &servers, apiLn, apiSrv, batchLimit)
 	say("api       %s  (database %s: the CLI reads it with --db %s)", apiURL, global.db, global.db)
 
 	say("Deliveries appear below. Emit more with:\n  %s\nCtrl-C stops.", emitCurl(apiURL))
@@ -228,9 +232,10 @@ func syncEdgeKV(ctx context.Context, st *store.Store, edge *harness.Server) (int
 	return len(entries), nil
 }
 
-// serveOn serves h on ln until ctx ends and returns its base URL.
-func serveOn(ctx context.Context, wg *sync.WaitGroup, ln net.Listener, h http.Handler) string {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+// serveOn serves h, whose request bodies may be up to bodyLimit bytes, on ln until ctx ends and
+// returns its base URL. Its clients are bounded as serve's and edge local's are.
+func serveOn(ctx context.Context, wg *sync.WaitGroup, ln net.Listener, h http.Handler, bodyLimit int64) string {
+	srv := httpserve.New(h, bodyLimit)
 	wg.Go(func() { _ = srv.Serve(ln) })
 	wg.Go(func() {
 		<-ctx.Done()
@@ -278,6 +283,10 @@ func emitSample(ctx context.Context, apiURL, typ, data string) error {
 	return nil
 }
 
+// receiverBodyLimit is the most of a request's body a sample receiver reads: the edge forwards no
+// more than relay.DefaultMaxBody.
+const receiverBodyLimit = relay.DefaultMaxBody
+
 // receiver is a sample subscriber's endpoint: it verifies the signature of its profile and prints
 // what arrived.
 type receiver struct {
@@ -287,7 +296,7 @@ type receiver struct {
 }
 
 func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))
+	body, err := io.ReadAll(io.LimitReader(req.Body, receiverBodyLimit))
 	sub := r.sub.Load()
 	if err == nil && sub == nil {
 		err = errors.New("subscriber not set up yet")

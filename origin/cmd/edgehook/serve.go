@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"strings"
 	"syscall"
-	"time"
 
+	"github.com/edgehook/edgehook/internal/httpserve"
 	"github.com/edgehook/edgehook/internal/netguard"
 	"github.com/edgehook/edgehook/origin/api"
 	"github.com/edgehook/edgehook/origin/config"
@@ -135,9 +134,8 @@ func runServe(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: readTimeout(int64(serveFlags.batchBodyLimit)),
-		IdleTimeout: 2 * time.Minute,
-		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	hs := httpserve.New(srv, int64(serveFlags.batchBodyLimit)) // the largest body it takes
+	hs.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	// The engine gets a context that the signal does not cancel: shutdown stops it and the HTTP
 	// server together, within one grace period.
 	if err := eng.Start(context.WithoutCancel(ctx)); err != nil {
@@ -187,11 +185,4 @@ func listenOn(flag, addr string) (net.Listener, error) {
 		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
 	return ln, nil
-}
-
-// readTimeout bounds the reading of a request whose body may be up to limit bytes: a minute, and a
-// second more per MiB, so the largest body allowed is not cut off from a client uploading at 1 MiB/s
-// (a 100 MiB --body-limit needed 1.7 MB/s within a flat minute).
-func readTimeout(limit int64) time.Duration {
-	return time.Minute + time.Duration(min(limit>>20, 1<<20))*time.Second // at most about 12 days, never overflowing
 }

@@ -52,8 +52,9 @@ func withSource(cmd *cobra.Command, msg string) string {
 	return msg
 }
 
-// stopOnSignals returns a context that SIGINT, SIGTERM or SIGHUP cancels: serve and drain stop claiming,
-// finish or release what is in flight, and exit 0. A second signal ends the process at once, with
+// stopOnSignals returns a context that SIGINT, SIGTERM or SIGHUP cancels: serve, drain and dev stop
+// claiming, finish or release what is in flight, and exit 0 (1 if they could not write the outcomes
+// of some sends). A second signal ends the process at once, with
 // the shell's status for it (130, 143): an operator who presses Ctrl-C twice means it, and an exit
 // loses nothing committed, the leases of what was in flight expire and it is sent again. Handled
 // here rather than by restoring the default action, which is to ignore SIGINT in a process

@@ -328,39 +328,63 @@ func TestDev(t *testing.T) {
 		}
 	}
 
-	got := make(chan error, 1)
-	var secret atomic.Pointer[signature.Secret]
-	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		s := secret.Load()
-		err := errors.New("secret not known yet")
-		if s != nil {
-			err = signature.Verify([]signature.Secret{*s}, r.Header.Get(wire.HeaderWebhookID), r.Header.Get(wire.HeaderWebhookTimestamp),
-				r.Header.Get(wire.HeaderWebhookSignature), body, time.Now(), signature.DefaultTolerance)
-		}
-		select {
-		case got <- err:
-		default:
-		}
-	}))
-	defer rcv.Close()
-	var sub struct {
-		Secret string `json:"secret"`
-	}
-	mustJSON(t, post(t, api+"/v1/subscribers", `{"id":"added","url":"`+rcv.URL+`/hook","events":["test.synced"],"mode":"edge"}`, http.StatusCreated), &sub)
-	s, err := signature.ParseSecret(sub.Secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	secret.Store(&s)
+	got := addEdgeSubscriber(t, api, "added", "test.synced")
 	post(t, api+"/v1/events", `{"type":"test.synced","data":{"n":1}}`, http.StatusAccepted)
 	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("the subscriber added while dev runs got an unverifiable delivery: %v", err)
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("the subscriber added while dev runs got an unverifiable delivery: %v", r.err)
 		}
 	case <-time.After(time.Minute):
 		t.Fatalf("the subscriber added while dev runs got nothing in a minute:\n%s", d.stderr)
+	}
+}
+
+// TestDevEdgeTakesTheLargestEvent: an event whose data is dev's --body-limit, which dev's API
+// accepts, is delivered through dev's edge, byte for byte. The edge took relay.DefaultMaxBody
+// (1 MiB) whatever --body-limit said, and refused every send of a larger event (413
+// body_too_large).
+func TestDevEdgeTakesTheLargestEvent(t *testing.T) {
+	const limit = 2 << 20
+	d := startDev(t, filepath.Join(t.TempDir(), "dev.db"), "--body-limit", "2MiB")
+	defer func() {
+		if err := d.stop(); err != nil {
+			t.Errorf("dev after Ctrl-C: %v\n%s", err, d.stderr)
+		}
+	}()
+	api := d.samplesDelivered(t)
+
+	got := addEdgeSubscriber(t, api, "large", "test.large")
+	// A JSON string of exactly --body-limit bytes, in a batch: /v1/events takes --body-limit
+	// bytes of request, envelope included.
+	data := `"` + strings.Repeat("x", limit-2) + `"`
+	post(t, api+"/v1/events/batch", `{"events":[{"type":"test.large","data":`+data+`}]}`, http.StatusAccepted)
+	for timeout := time.After(time.Minute); ; {
+		select {
+		case r := <-got:
+			if r.err != nil {
+				t.Fatalf("the event of --body-limit bytes reached its subscriber unverifiable: %v", r.err)
+			}
+			if len(r.body) != limit {
+				t.Fatalf("the event of --body-limit bytes reached its subscriber as %d bytes, want %d", len(r.body), limit)
+			}
+			return
+		case <-time.After(200 * time.Millisecond):
+			// A failed send is a delivery row with its error: no need to wait out the minute.
+			var page struct {
+				Deliveries []struct {
+					LastStatus int    `json:"last_status"`
+					LastError  string `json:"last_error"`
+				} `json:"deliveries"`
+			}
+			getJSON(t, api+"/v1/deliveries?subscriber=large", &page)
+			if len(page.Deliveries) > 0 && page.Deliveries[0].LastError != "" {
+				t.Fatalf("the event of --body-limit bytes was not delivered through dev's edge: %d %s",
+					page.Deliveries[0].LastStatus, page.Deliveries[0].LastError)
+			}
+		case <-timeout:
+			t.Fatalf("the event of --body-limit bytes did not arrive in a minute:\n%s", d.stderr)
+		}
 	}
 }
 
@@ -429,15 +453,7 @@ func TestDevCutsOffStalledBodies(t *testing.T) {
 	var sample struct {
 		URL string `json:"url"`
 	}
-	resp, err := http.Get(api + "/v1/subscribers/sample-standard")
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = json.NewDecoder(resp.Body).Decode(&sample)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	getJSON(t, api+"/v1/subscribers/sample-standard", &sample)
 	// The largest body each takes: the API's default batch, the edge's and a receiver's 1 MiB.
 	servers := []struct {
 		name, url string
@@ -473,6 +489,47 @@ func TestDevCutsOffStalledBodies(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// received is what a subscriber of addEdgeSubscriber got: a body whose signature verified, or
+// why it did not.
+type received struct {
+	body []byte
+	err  error
+}
+
+// addEdgeSubscriber adds, through dev's API, a subscriber in edge mode of eventType whose receiver
+// verifies the Standard Webhooks signature; the channel gets its first delivery.
+func addEdgeSubscriber(t *testing.T, api, id, eventType string) <-chan received {
+	t.Helper()
+	got := make(chan received, 1)
+	var secret atomic.Pointer[signature.Secret]
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		s := secret.Load()
+		if err == nil && s == nil {
+			err = errors.New("secret not known yet")
+		}
+		if err == nil {
+			err = signature.Verify([]signature.Secret{*s}, r.Header.Get(wire.HeaderWebhookID), r.Header.Get(wire.HeaderWebhookTimestamp),
+				r.Header.Get(wire.HeaderWebhookSignature), body, time.Now(), signature.DefaultTolerance)
+		}
+		select {
+		case got <- received{body, err}:
+		default:
+		}
+	}))
+	t.Cleanup(rcv.Close)
+	var sub struct {
+		Secret string `json:"secret"`
+	}
+	mustJSON(t, post(t, api+"/v1/subscribers", `{"id":"`+id+`","url":"`+rcv.URL+`/hook","events":["`+eventType+`"],"mode":"edge"}`, http.StatusCreated), &sub)
+	s, err := signature.ParseSecret(sub.Secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret.Store(&s)
+	return got
 }
 
 // devRun is a running `edgehook dev` and what it prints.
@@ -566,6 +623,19 @@ func (d *devRun) samplesDelivered(t *testing.T) string {
 		t.Fatalf("dev did not print its api and edge lines:\n%s", strings.Join(seen, "\n"))
 	}
 	return d.api
+}
+
+// getJSON reads the JSON answer of a GET into v.
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
 }
 
 // post sends a JSON body and wants the status; it returns the response body.

@@ -65,10 +65,12 @@ func init() {
 		Long: `Dev runs, in one process and with no Cloudflare account: the HTTP API and the delivery engine on
 the database file (--db), the edge relay as a WASI module in wazero (what ` + "`edge local`" + ` runs), and
 local receivers for two sample subscribers in edge mode — one verifying Standard Webhooks
-signatures, one the legacy X-VVV-Signature profile. It emits a few sample events, prints each
-delivery as it arrives, and runs until Ctrl-C; emit more with curl against --listen. Stopping, it
-lets sends in flight finish for up to ` + engine.DefaultStopGrace.String() + ` and exits 0, or 1 if it could not write the
-outcomes of some sends (they are sent again once their leases expire).`,
+signatures, one the legacy X-VVV-Signature profile. Its edge takes bodies of up to --body-limit,
+or 1MiB if that is larger, as the Worker's MAX_BODY_BYTES is to be kept at --body-limit or more.
+It emits a few sample events, prints each delivery as it arrives, and runs until Ctrl-C; emit more
+with curl against --listen. Stopping, it lets sends in flight finish for up to ` + engine.DefaultStopGrace.String() + ` and exits 0,
+or 1 if it could not write the outcomes of some sends (they are sent again once their leases
+expire).`,
 		Example: `  make run
   edgehook dev --db build/dev.db
   ` + emitCurl("http://"+DefaultDevListen),
@@ -122,14 +124,18 @@ func runDev(ctx context.Context, out io.Writer, log *slog.Logger, listen, edgeLi
 	srvCtx, stopServers := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServers()
 
+	// The edge takes every event the API and the store take, as the Worker's MAX_BODY_BYTES is to
+	// be kept at --body-limit or more (a delivery's body is the event's data, nothing added); the
+	// sample receivers read whatever it forwards.
+	maxBody := devMaxBody(int64(global.bodyLimit))
 	// Receivers first: the subscribers' URLs name their ports.
 	for _, s := range samples {
-		rcv := &receiver{sample: s, say: say}
+		rcv := &receiver{sample: s, say: say, maxBody: maxBody}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return err
 		}
-		url := serveOn(srvCtx, &servers, ln, rcv, receiverBodyLimit)
+		url := serveOn(srvCtx, &servers, ln, rcv, maxBody)
 		sub, err := upsertSample(ctx, st, s, url+"/webhooks")
 		if err != nil {
 			return err
@@ -142,7 +148,7 @@ func runDev(ctx context.Context, out io.Writer, log *slog.Logger, listen, edgeLi
 		return err
 	}
 	edgeCfg := relay.Config{
-		Secrets: []signature.Secret{edgeSecret}, Tolerance: relay.DefaultTolerance, DedupTTL: relay.DefaultDedupTTL, MaxBody: relay.DefaultMaxBody,
+		Secrets: []signature.Secret{edgeSecret}, Tolerance: relay.DefaultTolerance, DedupTTL: relay.DefaultDedupTTL, MaxBody: maxBody,
 	}
 	edge, err := harness.New(ctx, harness.Config{WASMPath: wasm, Relay: edgeCfg, AllowNetworks: loopbackNetworks}, log) // the sample receivers are on loopback
 	if err != nil {
@@ -283,20 +289,24 @@ func emitSample(ctx context.Context, apiURL, typ, data string) error {
 	return nil
 }
 
-// receiverBodyLimit is the most of a request's body a sample receiver reads: the edge forwards no
-// more than relay.DefaultMaxBody.
-const receiverBodyLimit = relay.DefaultMaxBody
+// devMaxBody is the largest body dev's edge takes, and its sample receivers read: the edge's
+// default, or the largest event data bodyLimit lets in. --body-limit's bound,
+// store.MaxMaxBodyBytes, is the edge's relay.MaxMaxBody.
+func devMaxBody(bodyLimit int64) int64 {
+	return max(relay.DefaultMaxBody, bodyLimit)
+}
 
 // receiver is a sample subscriber's endpoint: it verifies the signature of its profile and prints
 // what arrived.
 type receiver struct {
 	sample
-	sub atomic.Pointer[store.Subscriber]
-	say func(format string, args ...any)
+	maxBody int64 // the most of a request's body it reads: what the edge forwards at most
+	sub     atomic.Pointer[store.Subscriber]
+	say     func(format string, args ...any)
 }
 
 func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(req.Body, receiverBodyLimit))
+	body, err := io.ReadAll(io.LimitReader(req.Body, r.maxBody))
 	sub := r.sub.Load()
 	if err == nil && sub == nil {
 		err = errors.New("subscriber not set up yet")

@@ -31,7 +31,7 @@ func (f *edgeLocalFlags) register(cmd *cobra.Command) {
 	fs.DurationVar(&f.tolerance, "tolerance", relay.DefaultTolerance, "how far a hop timestamp may be from the edge's clock")
 	fs.DurationVar(&f.dedupTTL, "dedup-ttl", relay.DefaultDedupTTL, "how long a delivery acknowledged with a 2xx is remembered")
 	f.maxBody = relay.DefaultMaxBody
-	fs.Var(&f.maxBody, "max-body", "largest request body the edge accepts")
+	fs.Var(&f.maxBody, "max-body", "largest request body the edge accepts (keep it at the origin's --body-limit or more)")
 	fs.IntVar(&f.instances, "instances", harness.DefaultPool, fmt.Sprintf("module instances, i.e. requests relayed at once (1 to %d)", maxInstances))
 	fs.StringSliceVar(&f.allowNetworks, "allow-network", nil, allowNetworkUsage)
 	config.Mark(fs, "edge-secret", "allow-network")

@@ -67,10 +67,11 @@ the database file (--db), the edge relay as a WASI module in wazero (what ` + "`
 local receivers for two sample subscribers in edge mode — one verifying Standard Webhooks
 signatures, one the legacy X-VVV-Signature profile. Its edge takes bodies of up to --body-limit,
 or 1MiB if that is larger, as the Worker's MAX_BODY_BYTES is to be kept at --body-limit or more.
-It emits a few sample events, prints each delivery as it arrives, and runs until Ctrl-C; emit more
-with curl against --listen. Stopping, it lets sends in flight finish for up to ` + engine.DefaultStopGrace.String() + ` and exits 0,
-or 1 if it could not write the outcomes of some sends (they are sent again once their leases
-expire).`,
+Like serve, it deletes the delivered, dead and superseded deliveries of --db older than
+` + engine.DefaultRetention.String() + ` (serve's default --retention). It emits a few sample events, prints each delivery as
+it arrives, and runs until Ctrl-C; emit more with curl against --listen. Stopping, it lets sends
+in flight finish for up to ` + engine.DefaultStopGrace.String() + ` and exits 0, or 1 if it could not write the outcomes of some
+sends (they are sent again once their leases expire).`,
 		Example: `  make run
   edgehook dev --db build/dev.db
   ` + emitCurl("http://"+DefaultDevListen),

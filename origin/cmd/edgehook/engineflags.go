@@ -56,7 +56,7 @@ func (f *engineFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.RetryAfterCap, "retry-after-cap", engine.DefaultRetryAfterCap, "longest Retry-After of a subscriber honoured")
 	fs.IntVar(&c.CircuitThreshold, "circuit-threshold", engine.DefaultCircuitThreshold, "consecutive failures that open a subscriber's circuit")
 	fs.DurationVar(&c.CircuitCooldown, "circuit-cooldown", engine.DefaultCircuitCooldown, "first open-circuit pause; doubles on each re-opening")
-	fs.DurationVar(&c.Retention, "retention", engine.DefaultRetention, "delivered, dead and superseded deliveries older than this are deleted (by serve, and at the end of each drain)")
+	fs.DurationVar(&c.Retention, "retention", engine.DefaultRetention, "delivered, dead and superseded deliveries older than this are deleted: by serve as it runs, by drain as it starts and ends, and by dev (which has no --retention) past the default")
 	fs.StringVar(&c.EdgeURL, "edge-url", "", "URL of the edge relay, for subscribers in edge mode")
 	fs.StringVar(&f.edgeSecret, "edge-secret", "", "hop secret(s) shared with the edge, whsec_..., comma-separated during a rotation (prefer EDGEHOOK_EDGE_SECRET)")
 	fs.StringSliceVar(&f.allowNetworks, "allow-network", nil, allowNetworkUsage)

@@ -325,6 +325,9 @@ func TestSubscriberLifecycle(t *testing.T) {
 	if exp := rotated.Secrets[1].ExpiresAt; exp.IsZero() || exp.Sub(time.Now()) > time.Hour || !rotated.Secrets[0].ExpiresAt.IsZero() {
 		t.Fatalf("after a rotation the old secret expires within the overlap and the new one never: %+v", rotated.Secrets)
 	}
+	if !rotated.UpdatedAt.After(sub.UpdatedAt) {
+		t.Fatalf("a rotation left updated_at at %s (before it: %s)", rotated.UpdatedAt, sub.UpdatedAt)
+	}
 	e.do("POST", "/v1/subscribers/shop/rotate-secret", nil).want(t, http.StatusOK) // no body: the default overlap
 
 	e.do("DELETE", "/v1/subscribers/shop", nil).want(t, http.StatusNoContent)

@@ -3,10 +3,12 @@ package engine
 import (
 	"context"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/edgehook/edgehook/origin/store"
+	"github.com/edgehook/edgehook/shared/signature"
 	"github.com/edgehook/edgehook/shared/wire"
 )
 
@@ -219,25 +221,90 @@ func TestLateAnswersFromAReplacedURLEarnNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(release)
-	waitUntil(t, "the late answers to be settled", func() bool {
-		st, err := e.st.Stats(ctx, e.clk.Now())
-		return err == nil && len(st.Subscribers) == 1 && st.Subscribers[0].Counts[store.StatusPending] == 2
+	if s := e.onlySubscriberWithPending(2, "the late answers to be settled"); s.CircuitOpen || !s.PausedUntil.IsZero() {
+		t.Errorf("after late answers from the replaced URL: circuit open %v, paused until %v; want closed and not paused", s.CircuitOpen, s.PausedUntil)
+	}
+	e.emitSentAtOnce(arrived, "e3", "after the URL change (e1 and e2 back off an hour)")
+}
+
+// TestALateRefusalOfARotatedOutSecretEarnsNothing: a send still out when the operator rotates the
+// subscriber's secret with an overlap of 0, and updates the receiver at once, is refused (401)
+// for its old signature after the rotation. The refusal is about a secret the subscriber no
+// longer has: it does not open the circuit (a threshold of 1 here), so the next event goes out
+// at once with the new secret. The rotation moves updated_at on, as every change does, which is
+// how the settle knows the send is older than it.
+func TestALateRefusalOfARotatedOutSecretEarnsNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{PollInterval: time.Hour, CircuitThreshold: 1, CircuitCooldown: time.Hour, CircuitMaxCooldown: time.Hour})
+	ctx := context.Background()
+	release := make(chan struct{})
+	var accepted atomic.Pointer[signature.Secret]
+	arrived := make(chan string, 10)
+	k := newSink(t, func(w http.ResponseWriter, r *recorded) {
+		id := r.header.Get(wire.HeaderWebhookID)
+		if id == "e1" {
+			<-release
+		}
+		if err := signature.Verify([]signature.Secret{*accepted.Load()}, id, r.header.Get(wire.HeaderWebhookTimestamp),
+			r.header.Get(wire.HeaderWebhookSignature), r.body, e.clk.Now(), signature.DefaultTolerance); err != nil {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		arrived <- id
+		w.WriteHeader(http.StatusNoContent)
 	})
-	st, err := e.st.Stats(ctx, e.clk.Now())
+	sub := e.sub(store.SubscriberInput{ID: "a", URL: k.URL, TimeoutMS: 30000})
+	accepted.Store(&sub.Secrets[0].Secret)
+	e.emit("e1", "t", `{}`)
+	if err := e.eng.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer e.eng.Stop(ctx)
+	waitUntil(t, "the send to hang at the receiver", func() bool { return len(k.received()) == 1 })
+
+	rotated, err := e.st.RotateSecret(ctx, "a", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := st.Subscribers[0]; s.CircuitOpen || !s.PausedUntil.IsZero() {
-		t.Errorf("after late answers from the replaced URL: circuit open %v, paused until %v; want closed and not paused", s.CircuitOpen, s.PausedUntil)
+	if !rotated.UpdatedAt.After(sub.UpdatedAt) {
+		t.Errorf("rotating the secret left updated_at at %s", rotated.UpdatedAt)
 	}
-	e.emit("e3", "t", `{}`)
+	accepted.Store(&rotated.Secrets[0].Secret)
+	close(release)
+	if s := e.onlySubscriberWithPending(1, "the late refusal to be settled"); s.CircuitOpen {
+		t.Errorf("after a late refusal of the rotated-out secret: circuit open, want closed")
+	}
+	e.emitSentAtOnce(arrived, "e2", "after the rotation (e1 backs off an hour)")
+}
+
+// onlySubscriberWithPending waits for the one subscriber to have n pending deliveries (what: for
+// what it waits) and returns its stats then.
+func (e *env) onlySubscriberWithPending(n int64, what string) store.SubscriberStats {
+	e.t.Helper()
+	var s store.SubscriberStats
+	waitUntil(e.t, what, func() bool {
+		st, err := e.st.Stats(context.Background(), e.clk.Now())
+		if err != nil || len(st.Subscribers) != 1 {
+			return false
+		}
+		s = st.Subscribers[0]
+		return s.Counts[store.StatusPending] == n
+	})
+	return s
+}
+
+// emitSentAtOnce emits event id and wakes the engine: id must be the first event to arrive
+// (arrived gets the webhook-id of each), within 5 s, with a poll interval of an hour.
+func (e *env) emitSentAtOnce(arrived <-chan string, id, when string) {
+	e.t.Helper()
+	e.emit(id, "t", `{}`)
 	e.eng.Wake()
 	select {
-	case id := <-arrived:
-		if id != "e3" {
-			t.Errorf("the new URL got %q first, want e3 (e1 and e2 back off an hour)", id)
+	case got := <-arrived:
+		if got != id {
+			e.t.Errorf("%s: %q arrived first, want %q", when, got, id)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("the event emitted after the change did not reach the new URL within 5s")
+		e.t.Fatalf("%s: the event emitted did not arrive within 5s", when)
 	}
 }

@@ -668,7 +668,7 @@ const dueRetriesNowSQL = `UPDATE deliveries SET next_attempt_at = ?1, updated_at
 
 // RotateSecret adds a new current secret and makes the current ones expire after overlap (0: at
 // once). Until then deliveries carry a signature by each (see ProfileLegacy for the legacy profile).
-// It returns the subscriber with the new secret first.
+// It moves updated_at on, and returns the subscriber with the new secret first.
 func (s *Store) RotateSecret(ctx context.Context, id string, overlap time.Duration) (*Subscriber, error) {
 	if overlap < 0 || overlap > MaxRotationOverlap {
 		return nil, fieldErrf("overlap", "%s must be 0 to %s", overlap, MaxRotationOverlap)
@@ -679,11 +679,13 @@ func (s *Store) RotateSecret(ctx context.Context, id string, overlap time.Durati
 	}
 	now := s.Now()
 	return s.changeSubscriber(ctx, id, func(tx *sql.Tx) error {
-		var exists int
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM subscribers WHERE id = ?`, id).Scan(&exists); err != nil {
+		// A change as any other: a send signed before it, refused for a secret it ends, says
+		// nothing of the subscriber now (Settlement.Seen).
+		res, err := tx.ExecContext(ctx, `UPDATE subscribers SET updated_at = max(?, updated_at + 1) WHERE id = ?`, ms(now), id)
+		if err != nil {
 			return err
 		}
-		if exists == 0 {
+		if n, _ := res.RowsAffected(); n == 0 {
 			return fmt.Errorf("subscriber %q: %w", id, ErrNotFound)
 		}
 		expiry := max(ms(now.Add(overlap)), 1)

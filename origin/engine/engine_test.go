@@ -78,6 +78,24 @@ func TestDeliversSignedStandardWebhook(t *testing.T) {
 	}
 }
 
+// TestDirectQueryAsTheWorkerSendsIt: a subscriber URL's query is written into the request line as
+// the Worker's fetch writes it for the same URL in edge mode, non-ASCII, quotes, '<' and '>'
+// percent-encoded: sent raw, a strict server (Node's) answered 400 to what the edge delivered.
+func TestDirectQueryAsTheWorkerSendsIt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	k := newSink(t, status(200))
+	e.sub(store.SubscriberInput{URL: k.URL + `/hook?city=Zürich&q="a"&s='b'&e=a<b>c&k=%41~`})
+	e.emit("evt_q", "video.trending", `{}`)
+	if res := e.drain(); res.Delivered != 1 {
+		t.Fatalf("drain: %+v", res)
+	}
+	const want = "/hook?city=Z%C3%BCrich&q=%22a%22&s=%27b%27&e=a%3Cb%3Ec&k=%41~" // new URL(...) in JS
+	if got := k.received(); len(got) != 1 || got[0].req.RequestURI != want {
+		t.Fatalf("request target %q, want %q", got[0].req.RequestURI, want)
+	}
+}
+
 func TestLegacyProfileAndRotation(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{})

@@ -195,6 +195,10 @@ func (e *Engine) request(ctx context.Context, c store.Claimed, now time.Time) (*
 	if err != nil {
 		return nil, err
 	}
+	if sub.Mode != store.ModeEdge {
+		// The query as the Worker's fetch writes it for the same URL in edge mode.
+		req.URL.RawQuery = wire.RequestQuery(req.URL.RawQuery)
+	}
 	// The constant values are shared by every request and the others share one array: Set would
 	// allocate a slice per value. Nothing writes to a request's header values once it is built.
 	h := req.Header

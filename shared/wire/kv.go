@@ -341,6 +341,40 @@ func ValidateURL(s string) error {
 	return nil
 }
 
+// RequestQuery returns a URL's raw query as the Worker's fetch writes it into the request line: the
+// bytes the Fetch API's URL parser percent-encodes in the query of an http or https URL (the double
+// and single quote, '<', '>', controls, space and everything beyond ASCII) become %XX, the rest stay
+// as they are. Go's client writes the query as it is, and a request line with raw non-ASCII bytes
+// is refused (400) by strict servers such as Node's, which the Worker's forward of the same record
+// reached. The decoded query is the same either way.
+func RequestQuery(raw string) string {
+	n := 0
+	for i := 0; i < len(raw); i++ {
+		if fetchEscapesInQuery(raw[i]) {
+			n++
+		}
+	}
+	if n == 0 {
+		return raw
+	}
+	const hex = "0123456789ABCDEF"
+	b := make([]byte, 0, len(raw)+2*n)
+	for i := 0; i < len(raw); i++ {
+		if c := raw[i]; fetchEscapesInQuery(c) {
+			b = append(b, '%', hex[c>>4], hex[c&15])
+		} else {
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}
+
+// fetchEscapesInQuery reports whether the WHATWG URL parser percent-encodes byte c in the query of
+// a special-scheme URL (the special-query percent-encode set; '#' never reaches a query).
+func fetchEscapesInQuery(c byte) bool {
+	return c <= ' ' || c >= 0x7f || c == '"' || c == '\'' || c == '<' || c == '>'
+}
+
 // reservedHeaders are set by the HTTP layer itself (framing, connection management); a subscriber's
 // extra headers may not override them. Lower case.
 var reservedHeaders = map[string]bool{

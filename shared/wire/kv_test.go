@@ -355,7 +355,7 @@ func TestValidateURLNeverShowsCredentials(t *testing.T) {
 
 // TestValidateURLAcceptsQueriesThatWereDelivered: of a query's characters only a space breaks Go's
 // request line (url.Parse refuses controls). Non-ASCII, '"', '<' and '>' are delivered by both
-// runtimes (Go's client writes them as they are, the Worker's fetch percent-encodes them), and
+// runtimes (percent-encoded, by the Worker's fetch and by wire.RequestQuery in Go's senders), and
 // refusing them would make existing subscribers' KV records bad_record at the edge.
 func TestValidateURLAcceptsQueriesThatWereDelivered(t *testing.T) {
 	t.Parallel()
@@ -366,6 +366,24 @@ func TestValidateURLAcceptsQueriesThatWereDelivered(t *testing.T) {
 	} {
 		if err := wire.ValidateURL(u); err != nil {
 			t.Errorf("ValidateURL(%q) = %v; it was accepted and delivered before", u, err)
+		}
+	}
+}
+
+// TestRequestQueryAsFetch: the query percent-encoded as the WHATWG URL parser encodes it for an
+// http(s) URL (JS: new URL(u).search), existing escapes and other bytes kept.
+func TestRequestQueryAsFetch(t *testing.T) {
+	t.Parallel()
+	for raw, want := range map[string]string{
+		"":                     "",
+		"a=1&b=x~y!*()":        "a=1&b=x~y!*()",
+		"city=Zürich":          "city=Z%C3%BCrich",
+		`q="a"&s='b'&e=a<b>c`:  "q=%22a%22&s=%27b%27&e=a%3Cb%3Ec",
+		"k=%41%zz&p=`{|}^\\[]": "k=%41%zz&p=`{|}^\\[]",
+		"d=\x7f":               "d=%7F",
+	} {
+		if got := wire.RequestQuery(raw); got != want {
+			t.Errorf("RequestQuery(%q) = %q, want %q", raw, got, want)
 		}
 	}
 }

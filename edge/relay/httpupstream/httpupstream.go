@@ -54,6 +54,9 @@ func (c *Client) Do(ctx context.Context, req *relay.UpstreamRequest) (*relay.Ups
 	if err != nil {
 		return nil, fmt.Errorf("build request: %w", err)
 	}
+	// The query as the Worker's fetch sends it (its raw non-ASCII bytes made strict servers answer
+	// 400 here where the Worker delivered).
+	hreq.URL.RawQuery = wire.RequestQuery(hreq.URL.RawQuery)
 	SetHTTP(hreq.Header, req.Header)
 	if hreq.Header.Get("Accept-Encoding") == "" && hreq.Header.Get("Range") == "" {
 		hreq.Header.Set("Accept-Encoding", "gzip")

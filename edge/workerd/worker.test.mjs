@@ -393,6 +393,26 @@ test("a Worker without EDGE_SECRET answers 500 rejected:misconfigured, naming it
   }
 });
 
+test("a binding under a KV name that is not a KV namespace answers 500 rejected:misconfigured, naming it", async () => {
+  // SUBSCRIBERS given as a var (in [vars] rather than kv_namespaces): every KV read failed, and the
+  // Worker answered 503 rejected:kv_unavailable, which the origin waits out as a KV outage.
+  const mf = new Miniflare({
+    ...bundleOptions(),
+    kvNamespaces: ["DEDUP"],
+    bindings: { ...suiteVars(suite), SUBSCRIBERS: "00000000000000000000000000000001" },
+    cf: false,
+    handleRuntimeStdio: quiet,
+  });
+  try {
+    const res = await mf.dispatchFetch("http://edge.test/", signed("del_cfg_kv", "sub_any"));
+    const text = await res.text();
+    assert.deepEqual([res.status, res.headers.get("edgehook-outcome")], [500, "rejected:misconfigured"], text);
+    assert.match(text, /binding SUBSCRIBERS is a string, not a KV namespace/);
+  } finally {
+    await mf.dispose();
+  }
+});
+
 test("numeric vars (MAX_BODY_BYTES = 4096 in wrangler.toml, unquoted) are read as their numbers", async () => {
   const sub = await startSubscriber();
   const vars = suiteVars(suite);

@@ -57,6 +57,11 @@ func newHandler() *handler {
 		if b.IsUndefined() {
 			return &handler{err: fmt.Errorf("KV binding %s is missing (wrangler.toml kv_namespaces)", name)}
 		}
+		// Another kind of binding under the name (a var, say) failed every KV call, answered as a
+		// KV outage (503 kv_unavailable), which the origin logs as one to wait out.
+		if b.Type() != js.TypeObject || b.Get("get").Type() != js.TypeFunction || b.Get("put").Type() != js.TypeFunction {
+			return &handler{err: fmt.Errorf("binding %s is a %s, not a KV namespace (wrangler.toml kv_namespaces)", name, b.Type())}
+		}
 	}
 	r, err := relay.New(cfg, relay.Deps{
 		Subscribers: kvStore{bindingSubscribers},

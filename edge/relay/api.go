@@ -134,6 +134,10 @@ type Response struct {
 // KV is one key-value namespace. The Worker's KV namespaces, the harness's in-memory store and
 // the tests' fakes implement it. The keys and values the relay passes may be memory it reuses for
 // its next request (Relay.HandleWith): an implementation copies what it keeps past a call.
+//
+// The relay calls Get, Put and Deps.ReadAll with a context whose deadline is at most KVTimeout
+// away; an implementation that can stall (a remote store) gives up by then with an error, which
+// the relay treats as any failure of the call.
 type KV interface {
 	// Get returns the value stored under key; found is false for a missing or expired key.
 	Get(ctx context.Context, key string) (value string, found bool, err error)
@@ -141,6 +145,17 @@ type KV interface {
 	// KV refuses.
 	Put(ctx context.Context, key, value string, ttl time.Duration) error
 }
+
+// KVTimeout bounds a request's KV reads (together) and its mark writes after a 2xx (together). A
+// read that does not answer in time is a failed read (503 rejected:kv_unavailable, which the
+// origin waits out as the edge's fault), a write a failed write (wire.HeaderMarkFailed).
+// Unbounded, a stalled KV held the request until the origin's own timeout for the send, which
+// the origin counts as the subscriber's timeout, against its circuit, though it was never called.
+// The origin waits for the edge up to the subscriber's timeout_ms plus 10 s (at most 67.5 s, three
+// quarters of the default lease, for a timeout_ms of 60 s): the reads' 2 s before the forward
+// and the writes' 2 s after it leave the rest of that margin for the transfer of the request and
+// the answer.
+const KVTimeout = 2 * time.Second
 
 // MinKVTTL is the shortest expiration Cloudflare KV accepts.
 const MinKVTTL = 60 * time.Second

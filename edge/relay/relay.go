@@ -98,7 +98,9 @@ func (r *Relay) HandleWith(ctx context.Context, req *Request, s *Scratch) *Respo
 		markKey = wire.CoalesceKey(hop.SubscriberID, hop.CoalesceKey)
 		reads[2], n = KVRead{KV: r.deps.Dedup, Key: markKey}, 3
 	}
-	r.read(ctx, reads[:n])
+	readCtx, cancel := context.WithTimeout(ctx, KVTimeout)
+	r.read(readCtx, reads[:n])
+	cancel()
 	rec, resp := r.subscriber(&reads[0])
 	if resp != nil {
 		return resp
@@ -309,8 +311,12 @@ func (r *Relay) forward(ctx context.Context, a *Scratch, req *Request, hop *sign
 	// the delivery); at worst a retry delivers it again, which receivers dedupe by webhook-id.
 	// The origin is told (HeaderMarkFailed), or dedup and coalescing would stop unseen once the
 	// KV's daily writes are spent.
+	// The writes share one KVTimeout: one that stalls fails like one that errs, rather than hold
+	// the subscriber's answer until the origin gives up on it (see KVTimeout).
 	forwarded := a.decimal(start.UnixMilli())
 	var failed, marks []string
+	ctx, cancel := context.WithTimeout(ctx, KVTimeout)
+	defer cancel()
 	if err := r.deps.Dedup.Put(ctx, dedupKey, forwarded, r.dedupTTL(hop)); err != nil {
 		failed, marks = append(failed, fmt.Sprintf("write %s: %v", dedupKey, err)), append(marks, wire.MarkDedup)
 	}

@@ -25,15 +25,20 @@ type fixedClock struct{}
 
 func (fixedClock) Now() time.Time { return now }
 
-// faultyKV fails the operations whose key has a given prefix, and otherwise delegates.
+// faultyKV fails the operations whose key has a given prefix, or stalls them, and otherwise
+// delegates.
 type faultyKV struct {
 	relay.KV
-	failGet, failPut string
+	failGet, failPut   string
+	stallGet, stallPut string
 }
 
 func (k faultyKV) Get(ctx context.Context, key string) (string, bool, error) {
 	if k.failGet != "" && strings.HasPrefix(key, k.failGet) {
 		return "", false, errors.New("kv down")
+	}
+	if k.stallGet != "" && strings.HasPrefix(key, k.stallGet) {
+		return "", false, stall(ctx)
 	}
 	return k.KV.Get(ctx, key)
 }
@@ -42,8 +47,29 @@ func (k faultyKV) Put(ctx context.Context, key, value string, ttl time.Duration)
 	if k.failPut != "" && strings.HasPrefix(key, k.failPut) {
 		return errors.New("kv full")
 	}
+	if k.stallPut != "" && (k.stallPut == anyKey || strings.HasPrefix(key, k.stallPut)) {
+		return stall(ctx)
+	}
 	return k.KV.Put(ctx, key, value, ttl)
 }
+
+// stall is a KV call that never answers: it gives up when ctx ends, as the runtimes' KV does at
+// its deadline, or after stallLimit, which no test should reach.
+func stall(ctx context.Context) error {
+	t := time.NewTimer(stallLimit)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return errors.New("stalled call ended by the test after " + stallLimit.String())
+	}
+}
+
+const stallLimit = 3 * relay.KVTimeout
+
+// anyKey as faultyKV.stallPut stalls every write.
+const anyKey = "*"
 
 // upstreamFunc is a relay.Upstream made of a function.
 type upstreamFunc func(*relay.UpstreamRequest) (*relay.UpstreamResponse, error)
@@ -104,6 +130,25 @@ const plainRecord = `{"url":"http://127.0.0.1:1/h","timeout_ms":1000,"active":tr
 const coalesceRecord = `{"url":"http://127.0.0.1:1/h","timeout_ms":1000,"active":true,
   "coalesce":{"event_types":["video.*"],"key":"id","window_seconds":30}}`
 
+// faultyRead handles one request of subscriber sub_a (record) with fault (its KV left unset) over
+// SUBSCRIBERS when inSubs, else over DEDUP; it returns the answer and whether the subscriber was
+// called.
+func faultyRead(t *testing.T, record string, fault faultyKV, inSubs bool, coalesceKey string) (*relay.Response, bool) {
+	f := newFixture(t, record)
+	var subs, dedup relay.KV = f.subs, f.dedup
+	if inSubs {
+		fault.KV, subs = f.subs, &fault
+	} else {
+		fault.KV, dedup = f.dedup, &fault
+	}
+	called := false
+	resp := f.relay(t, subs, dedup, upstreamFunc(func(r *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
+		called = true
+		return ok200(r)
+	})).Handle(context.Background(), f.request(coalesceKey, nil))
+	return resp, called
+}
+
 func TestKVReadFailureIsRetryable(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -116,18 +161,7 @@ func TestKVReadFailureIsRetryable(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			f := newFixture(t, tc.record)
-			var subs, dedup relay.KV = f.subs, f.dedup
-			if tc.inSubs {
-				subs = faultyKV{KV: f.subs, failGet: tc.failGet}
-			} else {
-				dedup = faultyKV{KV: f.dedup, failGet: tc.failGet}
-			}
-			called := false
-			resp := f.relay(t, subs, dedup, upstreamFunc(func(r *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
-				called = true
-				return ok200(r)
-			})).Handle(context.Background(), f.request(tc.coalesceKey, nil))
+			resp, called := faultyRead(t, tc.record, faultyKV{failGet: tc.failGet}, tc.inSubs, tc.coalesceKey)
 			if resp.Status != 503 || resp.Header.Get(wire.HeaderOutcome) != "rejected:"+wire.ReasonKVUnavailable || called {
 				t.Fatalf("got %d %q (forwarded %v), want 503 rejected:%s without forwarding", resp.Status, resp.Header.Get(wire.HeaderOutcome), called, wire.ReasonKVUnavailable)
 			}
@@ -136,6 +170,54 @@ func TestKVReadFailureIsRetryable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStalledKVFailsAfterKVTimeout: a KV call that never answers ends after relay.KVTimeout as a
+// failed one would: a read in 503 rejected:kv_unavailable (the edge's fault, waited out by the
+// origin) without calling the subscriber; the mark writes after a 2xx, stalled both, together
+// within one KVTimeout, in the subscriber's answer with Edgehook-Mark-Failed. Unbounded, the
+// request waited for the origin's own timeout, counted against the subscriber's circuit.
+func TestStalledKVFailsAfterKVTimeout(t *testing.T) {
+	t.Parallel()
+	within := relay.KVTimeout + relay.KVTimeout/2
+	for _, tc := range []struct {
+		name, stallGet, coalesceKey string
+		inSubs                      bool
+	}{
+		{"subscriber record read", "sub:", "", true},
+		{"dedup mark read", "d:", "", false},
+		{"coalesce mark read", "c:", "k1", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			start := time.Now()
+			resp, called := faultyRead(t, coalesceRecord, faultyKV{stallGet: tc.stallGet}, tc.inSubs, tc.coalesceKey)
+			took := time.Since(start)
+			if resp.Status != 503 || resp.Header.Get(wire.HeaderOutcome) != "rejected:"+wire.ReasonKVUnavailable || called {
+				t.Fatalf("got %d %q (forwarded %v), want 503 rejected:%s without forwarding", resp.Status, resp.Header.Get(wire.HeaderOutcome), called, wire.ReasonKVUnavailable)
+			}
+			if took > within || !strings.Contains(resp.Detail, context.DeadlineExceeded.Error()) {
+				t.Errorf("answered after %s (want within %s, relay.KVTimeout %s), detail %q", took, within, relay.KVTimeout, resp.Detail)
+			}
+		})
+	}
+	t.Run("mark writes", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, coalesceRecord)
+		dedup := faultyKV{KV: f.dedup, stallPut: anyKey} // the dedup and the coalesce mark
+		start := time.Now()
+		resp := f.relay(t, f.subs, dedup, upstreamFunc(ok200)).Handle(context.Background(), f.request("k1", nil))
+		took := time.Since(start)
+		if resp.Status != 200 || resp.Header.Get(wire.HeaderOutcome) != string(wire.OutcomeForwarded) {
+			t.Fatalf("got %d %q, want 200 forwarded", resp.Status, resp.Header.Get(wire.HeaderOutcome))
+		}
+		if v := resp.Header.Get(wire.HeaderMarkFailed); v != wire.MarkDedup+", "+wire.MarkCoalesce {
+			t.Errorf("%s %q, want %q", wire.HeaderMarkFailed, v, wire.MarkDedup+", "+wire.MarkCoalesce)
+		}
+		if took > within || !strings.Contains(resp.Detail, context.DeadlineExceeded.Error()) {
+			t.Errorf("answered after %s (want within %s: one relay.KVTimeout %s for both writes), detail %q", took, within, relay.KVTimeout, resp.Detail)
+		}
+	})
 }
 
 // TestConcurrentDuplicatesAreBothForwarded pins docs/PROTOCOL.md §6: the d: mark is no lock, so

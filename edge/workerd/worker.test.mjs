@@ -182,19 +182,23 @@ test("a client that goes away mid-forward: the forward still ends, its dedup mar
   }
 });
 
-// DEDUP for the next tests: a wrapped binding (same isolate, plain JS calls) over a real KV
-// namespace that fails as the key asks: a delivery id holding "getfail" makes its read reject,
-// "getthrow" makes it throw at once, "putfail" makes its write reject.
+// SUBSCRIBERS and DEDUP for the next tests: wrapped bindings (same isolate, plain JS calls) over
+// real KV namespaces that fail as the key asks: a delivery (or subscriber) id holding "getfail"
+// makes its read reject, "getthrow" makes it throw at once, "getstall" makes it answer only after a
+// minute, "putfail" makes its write reject, "putstall" makes it answer only after a minute. (A
+// stall is a pending timer: a promise that can never settle, workerd cancels as a hung Worker.)
 const failingKV = `export default function (env) {
   const inner = env.INNER;
   return {
     get(key) {
       if (key.includes("getthrow")) throw new Error("kv broken (thrown)");
       if (key.includes("getfail")) return Promise.reject(new Error("kv down (rejected)"));
+      if (key.includes("getstall")) return new Promise((r) => setTimeout(() => r(inner.get(key)), 60_000));
       return inner.get(key);
     },
     put(key, value, opts) {
       if (key.includes("putfail")) return Promise.reject(new Error("kv full (rejected)"));
+      if (key.includes("putstall")) return new Promise((r) => setTimeout(() => r(inner.put(key, value, opts)), 60_000));
       return inner.put(key, value, opts);
     },
   };
@@ -210,16 +214,16 @@ describe("large bodies and failing KV", () => {
         {
           ...bundleOptions(),
           name: "edgehook-edge",
-          kvNamespaces: ["SUBSCRIBERS"],
-          wrappedBindings: { DEDUP: "failing-kv" },
+          wrappedBindings: { SUBSCRIBERS: "failing-subs", DEDUP: "failing-kv" },
           bindings: { ...suiteVars(suite), MAX_BODY_BYTES: String(maxBody) },
           cf: false,
         },
+        { name: "failing-subs", modules: true, script: failingKV, kvNamespaces: { INNER: "subscribers" } },
         { name: "failing-kv", modules: true, script: failingKV, kvNamespaces: { INNER: "dedup" } },
       ],
       handleRuntimeStdio: quiet,
     });
-    const subs = await mf.getKVNamespace("SUBSCRIBERS");
+    const subs = await mf.getKVNamespace("INNER", "failing-subs");
     await subs.put("sub:sub_big", JSON.stringify({ url: `${sub.url}/hooks/big`, timeout_ms: 20_000, active: true }));
   });
   after(async () => {
@@ -337,6 +341,37 @@ describe("large bodies and failing KV", () => {
       assert.equal(sub.received.length, 0);
     });
   }
+
+  // A KV that stalls: the request ends after edge/relay's KVTimeout (2 s) as if the KV had
+  // failed, rather than wait for the origin's own timeout, which it counts against the subscriber.
+  const KV_TIMEOUT_MS = 2000;
+  async function timed(req) {
+    const start = Date.now();
+    const res = await Promise.race([mf.dispatchFetch("http://edge.test/", req), delay(10_000, null)]);
+    assert.ok(res, "no answer within 10 s: the stalled KV call holds the request");
+    const text = await res.text();
+    return { res, text, ms: Date.now() - start };
+  }
+  for (const [name, id, subscriber, read] of [
+    ["the subscriber's record", "del_subrec_1", "sub_getstall", "sub:sub_getstall"],
+    ["the dedup mark", "del_getstall_1", "sub_big", "d:del_getstall_1"],
+  ]) {
+    test(`a read of ${name} that stalls is 503 rejected:kv_unavailable after the KV bound, without forwarding`, { timeout: 30_000 }, async () => {
+      const { res, text, ms } = await timed(signed(id, subscriber));
+      assert.deepEqual([res.status, res.headers.get("edgehook-outcome")], [503, "rejected:kv_unavailable"], text);
+      assert.match(text, new RegExp(`read ${read}: KV did not answer within \\d+ ms`));
+      assert.ok(ms >= KV_TIMEOUT_MS - 100 && ms < KV_TIMEOUT_MS + 2000, `answered after ${ms} ms`);
+      assert.equal(sub.received.length, 0);
+    });
+  }
+
+  test("a dedup write that stalls fails after the KV bound: the subscriber's answer, with Edgehook-Mark-Failed", { timeout: 30_000 }, async () => {
+    const { res, text, ms } = await timed(signed("del_putstall_1", "sub_big"));
+    assert.deepEqual([res.status, res.headers.get("edgehook-outcome")], [200, "forwarded"], text);
+    assert.equal(res.headers.get("edgehook-mark-failed"), "dedup");
+    assert.ok(ms >= KV_TIMEOUT_MS - 100 && ms < KV_TIMEOUT_MS + 2000, `answered after ${ms} ms`);
+    assert.equal(sub.received.length, 1);
+  });
 
   test("a failed dedup write keeps the subscriber's answer, says so in Edgehook-Mark-Failed; the Go instance serves on", async () => {
     const failed = await mf.dispatchFetch("http://edge.test/", signed("del_putfail_1", "sub_big"));

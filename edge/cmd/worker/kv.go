@@ -24,9 +24,9 @@ func (s kvStore) Get(ctx context.Context, key string) (string, bool, error) {
 	return r[0].Value, r[0].Found, r[0].Err
 }
 
-func (s kvStore) Put(_ context.Context, key, value string, ttl time.Duration) error {
+func (s kvStore) Put(ctx context.Context, key, value string, ttl time.Duration) error {
 	args := pack(nil, s.binding, key, value)
-	_, err := call(ioPut, addr(args), len(args), int64(ttl/time.Second))
+	_, err := call(ioPut, addr(args), len(args), int64(ttl/time.Second), waitMs(ctx))
 	runtime.KeepAlive(args)
 	return err
 }
@@ -38,14 +38,26 @@ const (
 	readFailed  = "2"
 )
 
-// readAll is relay.Deps.ReadAll: io.getAll starts every read at once and settles when all have,
-// so a request waits for its reads with one call and one resumption.
-func readAll(_ context.Context, reads []relay.KVRead) {
+// waitMs is how long the loader waits for a KV call in ctx before failing it: until ctx's
+// deadline (relay.KVTimeout), in whole milliseconds, at least 1; 0 (no limit) without a deadline.
+// The loader, not Go, keeps the time, so that each operation still settles exactly once.
+func waitMs(ctx context.Context) int64 {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return 0
+	}
+	return max(1, time.Until(d).Milliseconds())
+}
+
+// readAll is relay.Deps.ReadAll: io.getAll starts every read at once and settles when all have
+// (or have failed, a read that stalls past ctx's deadline among them), so a request waits for its
+// reads with one call and one resumption.
+func readAll(ctx context.Context, reads []relay.KVRead) {
 	args := make([]byte, 0, 128)
 	for _, r := range reads {
 		args = pack(args, r.KV.(kvStore).binding, r.Key)
 	}
-	res, err := call(ioGetAll, addr(args), len(args))
+	res, err := call(ioGetAll, addr(args), len(args), waitMs(ctx))
 	runtime.KeepAlive(args)
 	for i := range reads {
 		r := &reads[i]

@@ -163,6 +163,18 @@ function settleWith(id, start) {
   );
 }
 
+// A KV call's promise p, failed if it has not settled within waitMs (none for 0): a stalled KV
+// must not hold the request until the origin gives up on it (edge/relay KVTimeout, which Go's
+// waitMs passes on).
+function bounded(p, waitMs) {
+  if (!(waitMs > 0)) return p;
+  let timer;
+  const late = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`KV did not answer within ${waitMs} ms`)), waitMs);
+  });
+  return Promise.race([p, late]).finally(() => clearTimeout(timer));
+}
+
 // A KV read's items for getAll: "0" and its value, "1" and null for a missing key, "2" and the
 // failure's message.
 const readResult = (p) =>
@@ -204,20 +216,21 @@ const io = {
     r.answer(status, stringAt(headersPtr, headersLen), bytesAt(bodyPtr, bodyLen).slice());
   },
   // Reads the packed (binding, key, binding, key, …) at once; settles the items of each read in
-  // their order.
-  getAll(id, ptr, len) {
+  // their order, a read that has not answered within waitMs (0: no limit) as failed.
+  getAll(id, ptr, len, waitMs) {
     settleWith(id, () => {
       const nsKeys = unpack(ptr, len);
       const reads = [];
-      for (let i = 0; i + 1 < nsKeys.length; i += 2) reads.push(readResult(env[nsKeys[i]].get(nsKeys[i + 1])));
+      for (let i = 0; i + 1 < nsKeys.length; i += 2) reads.push(readResult(bounded(env[nsKeys[i]].get(nsKeys[i + 1]), waitMs)));
       return Promise.all(reads).then((rs) => rs.flat());
     });
   },
-  // Writes the packed (binding, key, value); settles no items.
-  put(id, ptr, len, ttlSeconds) {
+  // Writes the packed (binding, key, value); settles no items, or fails if the write has not
+  // answered within waitMs (0: no limit).
+  put(id, ptr, len, ttlSeconds, waitMs) {
     settleWith(id, () => {
       const [ns, key, value] = unpack(ptr, len);
-      return env[ns].put(key, value, { expirationTtl: ttlSeconds }).then(() => []);
+      return bounded(env[ns].put(key, value, { expirationTtl: ttlSeconds }), waitMs).then(() => []);
     });
   },
   // One POST to a subscriber, aborted (connection and all) after timeoutMs; settles

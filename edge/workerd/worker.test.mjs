@@ -448,6 +448,57 @@ test("a binding under a KV name that is not a KV namespace answers 500 rejected:
   }
 });
 
+// The Worker's bound on MAX_BODY_BYTES (edge/cmd/worker maxWorkerBody): what fits a 128 MB isolate.
+const MAX_WORKER_BODY = 32 << 20;
+
+test("a MAX_BODY_BYTES over the Worker's 32 MiB answers 500 rejected:misconfigured, naming it", async () => {
+  const mf = startWorker({ ...suiteVars(suite), MAX_BODY_BYTES: String(MAX_WORKER_BODY + 1) });
+  try {
+    const res = await mf.dispatchFetch("http://edge.test/", signed("del_cfg_body", "sub_any"));
+    const text = await res.text();
+    assert.deepEqual([res.status, res.headers.get("edgehook-outcome")], [500, "rejected:misconfigured"], text);
+    assert.match(text, new RegExp(`MAX_BODY_BYTES: ${MAX_WORKER_BODY + 1} is over the Worker's limit of ${MAX_WORKER_BODY}`));
+  } finally {
+    await mf.dispose();
+  }
+});
+
+test("at the Worker's largest MAX_BODY_BYTES, a body of a few MiB, declared or chunked, reaches the subscriber byte for byte", { timeout: 60_000 }, async () => {
+  const sub = await startSubscriber();
+  const mf = startWorker({ ...suiteVars(suite), MAX_BODY_BYTES: String(MAX_WORKER_BODY) });
+  try {
+    const kv = await mf.getKVNamespace("SUBSCRIBERS");
+    await kv.put("sub:sub_mib", JSON.stringify({ url: `${sub.url}/hooks/mib`, timeout_ms: 30_000, active: true }));
+    const body = randomBytes(6 << 20);
+    const sha = (b) => createHash("sha256").update(b).digest("hex");
+    for (const [id, chunked] of [["del_mib_decl", false], ["del_mib_stream", true]]) {
+      sub.setScript({ status: 200 });
+      // Declared: a Content-Length the Worker sees (dispatchFetch's own does not reach it).
+      const declared = chunked ? {} : { "content-length": String(body.length) };
+      const req = signed(id, "sub_mib", { "content-type": "application/octet-stream", ...declared }, body);
+      if (chunked) {
+        let off = 0;
+        const stream = new ReadableStream({
+          pull(c) {
+            if (off >= body.length) return c.close();
+            c.enqueue(new Uint8Array(body.subarray(off, off + 256 * 1024)));
+            off += 256 * 1024;
+          },
+        });
+        Object.assign(req, { body: stream, duplex: "half" });
+      }
+      const res = await mf.dispatchFetch("http://edge.test/", req);
+      assert.deepEqual([res.status, res.headers.get("edgehook-outcome")], [200, "forwarded"], `${id}: ${await res.text()}`);
+      assert.equal(sub.received.length, 1, id);
+      assert.equal(sub.received[0].body.length, body.length, id);
+      assert.equal(sha(sub.received[0].body), sha(body), id);
+    }
+  } finally {
+    await mf.dispose();
+    await sub.close();
+  }
+});
+
 test("numeric vars (MAX_BODY_BYTES = 4096 in wrangler.toml, unquoted) are read as their numbers", async () => {
   const sub = await startSubscriber();
   const vars = suiteVars(suite);

@@ -40,6 +40,20 @@ async function excerpt(res, max) {
   return res.body === null ? null : readAtMost(res.body, max);
 }
 
+// Hands each chunk of reader to take while more() holds, until the stream ends or breaks off.
+async function readChunks(reader, more, take) {
+  while (more()) {
+    let r;
+    try {
+      r = await reader.read();
+    } catch {
+      return;
+    }
+    if (r.done) return;
+    take(r.value);
+  }
+}
+
 // Reads a stream until it ends, breaks off (the connection, or the timeout's abort) or max bytes
 // have arrived, then cancels the rest; returns at most max bytes, those that arrived. Not
 // res.arrayBuffer(), even for a short declared length: it rejects whole when the body breaks off,
@@ -48,17 +62,10 @@ async function readAtMost(stream, max) {
   const reader = stream.getReader();
   const chunks = [];
   let n = 0;
-  while (n < max) {
-    let r;
-    try {
-      r = await reader.read();
-    } catch {
-      break;
-    }
-    if (r.done) break;
-    chunks.push(r.value);
-    n += r.value.byteLength;
-  }
+  await readChunks(reader, () => n < max, (c) => {
+    chunks.push(c);
+    n += c.byteLength;
+  });
   if (n >= max) reader.cancel().catch(() => {}); // the rest is not wanted
   if (chunks.length === 1 && n <= max) return chunks[0];
   const out = new Uint8Array(Math.min(n, max));
@@ -77,15 +84,32 @@ async function readAtMost(stream, max) {
 // signature check, and a body read whole could exhaust the isolate's memory, failing every request
 // in it. A body declared over the limit (cap bytes or more) is not read at all: Go is told cap bytes
 // and gets none (it takes zeros), the relay needing only their count to refuse it, as it refuses
-// one that was read.
+// one that was read. A body declared within it is read into one buffer of its length, each chunk
+// dropped once copied: read as chunks and then joined, the isolate held it twice before Go's copy.
 async function requestBody(req, cap) {
   if (req.body === null) return { body: null, bodyLen: 0 };
-  if (Number(req.headers.get("content-length") ?? NaN) >= cap) {
+  const declared = Number(req.headers.get("content-length") ?? NaN);
+  if (declared >= cap) {
     req.body.cancel().catch(() => {});
     return { body: new Uint8Array(0), bodyLen: cap };
   }
-  const body = await readAtMost(req.body, cap);
+  const body = Number.isSafeInteger(declared) && declared >= 0 ? await readInto(req.body, declared) : await readAtMost(req.body, cap);
   return { body, bodyLen: body.length };
+}
+
+// Reads a stream of n bytes (a declared length) into one new buffer of n bytes; returns the bytes
+// that arrived before it ended or broke off, at most n (the runtime refuses a body longer than
+// its Content-Length).
+async function readInto(stream, n) {
+  const reader = stream.getReader();
+  const out = new Uint8Array(n);
+  let off = 0;
+  await readChunks(reader, () => off < n, (chunk) => {
+    const c = chunk.subarray(0, n - off);
+    out.set(c, off);
+    off += c.byteLength;
+  });
+  return off === n ? out : out.subarray(0, off);
 }
 
 const encoder = new TextEncoder();

@@ -27,6 +27,15 @@ import (
 	"github.com/edgehook/edgehook/edge/relay"
 )
 
+// maxWorkerBody bounds MAX_BODY_BYTES in the Worker, below relay.MaxMaxBody (the local edge's
+// bound): a Worker isolate has 128 MB, and while a request is forwarded it holds its body about
+// three times: Go's copy, the loader's copy that fetch sends (Go's memory may be reused or moved
+// by a growth before fetch has read it), and, until Go's collector runs, the garbage of an
+// earlier request's body in Go's heap, which grows to about twice what is live before it
+// collects (and WASM memory never shrinks). 3 × 32 MiB leaves room for the Go instance and the
+// JS heap; several such bodies at once in one isolate may still not fit.
+const maxWorkerBody = 32 << 20
+
 // Binding names, as in wrangler.toml.
 const (
 	bindingSubscribers = "SUBSCRIBERS"
@@ -51,6 +60,10 @@ func newHandler() *handler {
 	cfg, err := relay.ParseConfig(getenv)
 	if err != nil {
 		return &handler{err: err}
+	}
+	if cfg.MaxBody > maxWorkerBody {
+		return &handler{err: fmt.Errorf("%s: %d is over the Worker's limit of %d (32 MiB): a larger body does not fit a 128 MB isolate",
+			relay.EnvMaxBody, cfg.MaxBody, maxWorkerBody)}
 	}
 	subs, dedup := cloudflare.GetBinding(bindingSubscribers), cloudflare.GetBinding(bindingDedup)
 	for name, b := range map[string]js.Value{bindingSubscribers: subs, bindingDedup: dedup} {

@@ -136,8 +136,9 @@ type Response struct {
 // its next request (Relay.HandleWith): an implementation copies what it keeps past a call.
 //
 // The relay calls Get, Put and Deps.ReadAll with a context whose deadline is at most KVTimeout
-// away; an implementation that can stall (a remote store) gives up by then with an error, which
-// the relay treats as any failure of the call.
+// away, by the relay's Clock. The context is not cancelled at that deadline (a timer per request
+// was too dear in WASM): an implementation that can stall (a remote store) reads Deadline and
+// gives up by then with an error, which the relay treats as any failure of the call.
 type KV interface {
 	// Get returns the value stored under key; found is false for a missing or expired key.
 	Get(ctx context.Context, key string) (value string, found bool, err error)

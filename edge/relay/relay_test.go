@@ -31,6 +31,7 @@ type faultyKV struct {
 	relay.KV
 	failGet, failPut   string
 	stallGet, stallPut string
+	began              time.Time // when the request began, by the wall clock (see stall)
 }
 
 func (k faultyKV) Get(ctx context.Context, key string) (string, bool, error) {
@@ -38,7 +39,7 @@ func (k faultyKV) Get(ctx context.Context, key string) (string, bool, error) {
 		return "", false, errors.New("kv down")
 	}
 	if k.stallGet != "" && strings.HasPrefix(key, k.stallGet) {
-		return "", false, stall(ctx)
+		return "", false, k.stall(ctx)
 	}
 	return k.KV.Get(ctx, key)
 }
@@ -48,20 +49,30 @@ func (k faultyKV) Put(ctx context.Context, key, value string, ttl time.Duration)
 		return errors.New("kv full")
 	}
 	if k.stallPut != "" && (k.stallPut == anyKey || strings.HasPrefix(key, k.stallPut)) {
-		return stall(ctx)
+		return k.stall(ctx)
 	}
 	return k.KV.Put(ctx, key, value, ttl)
 }
 
-// stall is a KV call that never answers: it gives up when ctx ends, as the runtimes' KV does at
-// its deadline, or after stallLimit, which no test should reach.
-func stall(ctx context.Context) error {
-	t := time.NewTimer(stallLimit)
+// stall is a KV call that never answers: it gives up at ctx's deadline, as the Worker's KV does
+// (its loader keeps the time), or after stallLimit, which no test should reach. The deadline is
+// by the relay's clock, fixed at now, so the time left is read as if that clock had run since
+// the request began: a second call under the same deadline has less of it.
+func (k faultyKV) stall(ctx context.Context) error {
+	wait := stallLimit
+	d, ok := ctx.Deadline()
+	if ok {
+		wait = min(wait, d.Sub(now)-time.Since(k.began))
+	}
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-t.C:
+		if ok && wait < stallLimit {
+			return context.DeadlineExceeded
+		}
 		return errors.New("stalled call ended by the test after " + stallLimit.String())
 	}
 }
@@ -141,6 +152,7 @@ func faultyRead(t *testing.T, record string, fault faultyKV, inSubs bool, coales
 	} else {
 		fault.KV, dedup = f.dedup, &fault
 	}
+	fault.began = time.Now()
 	called := false
 	resp := f.relay(t, subs, dedup, upstreamFunc(func(r *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
 		called = true
@@ -204,7 +216,7 @@ func TestStalledKVFailsAfterKVTimeout(t *testing.T) {
 	t.Run("mark writes", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, coalesceRecord)
-		dedup := faultyKV{KV: f.dedup, stallPut: anyKey} // the dedup and the coalesce mark
+		dedup := faultyKV{KV: f.dedup, stallPut: anyKey, began: time.Now()} // the dedup and the coalesce mark
 		start := time.Now()
 		resp := f.relay(t, f.subs, dedup, upstreamFunc(ok200)).Handle(context.Background(), f.request("k1", nil))
 		took := time.Since(start)

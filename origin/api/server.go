@@ -54,6 +54,10 @@ type Server struct {
 
 type limits struct{ body, batch int64 }
 
+// MaxBody is the largest request body the server takes: what an http.Server in front of it bounds
+// its reads by (httpserve.New).
+func (s *Server) MaxBody() int64 { return max(s.limits.body, s.limits.batch) }
+
 // New builds the server and its routes.
 func New(o Options) (*Server, error) {
 	if o.Logger == nil {

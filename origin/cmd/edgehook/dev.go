@@ -198,14 +198,13 @@ func runDev(ctx context.Context, out io.Writer, log *slog.Logger, listen, edgeLi
 	}
 	// As serve: outcomes the stop could not write make dev fail, naming what failed.
 	defer func() { err = errors.Join(err, eng.Stop(context.WithoutCancel(ctx))) }()
-	// Batches as large as serve's default, or one event of the largest data.
-	batchLimit := max(api.DefaultBatchBodyLimit, int64(global.bodyLimit))
-	apiSrv, err := api.New(api.Options{Store: st, BodyLimit: int64(global.bodyLimit), BatchBodyLimit: batchLimit, Logger: log, Registry: reg,
+	// Batches as large as serve's default, or one event of the largest data (the API's default).
+	apiSrv, err := api.New(api.Options{Store: st, BodyLimit: int64(global.bodyLimit), Logger: log, Registry: reg,
 		Wake: func() { syncKV(); eng.Wake() }})
 	if err != nil {
 		return err
 	}
-	apiURL := serveOn(srvCtx, &servers, apiLn, apiSrv, batchLimit)
+	apiURL := serveOn(srvCtx, &servers, apiLn, apiSrv, apiSrv.MaxBody())
 	say("api       %s  (database %s: the CLI reads it with --db %s)", apiURL, global.db, global.db)
 
 	say("Deliveries appear below. Emit more with:\n  %s\nCtrl-C stops.", emitCurl(apiURL))

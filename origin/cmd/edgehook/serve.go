@@ -134,7 +134,7 @@ func runServe(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	hs := httpserve.New(srv, int64(serveFlags.batchBodyLimit)) // the largest body it takes
+	hs := httpserve.New(srv, srv.MaxBody())
 	hs.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	// The engine gets a context that the signal does not cancel: shutdown stops it and the HTTP
 	// server together, within one grace period.

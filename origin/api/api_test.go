@@ -483,6 +483,44 @@ func TestQueueFull(t *testing.T) {
 	}
 }
 
+// TestRetryAndReplayQueueFull: a retry or a replay that would take the queue past the global cap
+// is a 429 queue_full with Retry-After, as an emit is, documented so, and writes nothing: the
+// deliveries stay dead.
+func TestRetryAndReplayQueueFull(t *testing.T) {
+	t.Parallel()
+	doc := openAPIDoc(t)
+	e := newEnv(t, func(s *setup) { s.store.GlobalCap = 3 })
+	e.addSubscriber(api.SubscriberRequest{ID: "s", URL: "https://s.example/hook", Events: []string{"*"}})
+	e.do("POST", "/v1/events/batch", `{"events":[{"type":"a","data":1},{"type":"a","data":2}]}`).want(t, http.StatusAccepted)
+	dead := []string{deadDelivery(t, e), deadDelivery(t, e)}
+	e.do("POST", "/v1/events/batch", `{"events":[{"type":"a","data":3},{"type":"a","data":4}]}`).want(t, http.StatusAccepted)
+	refused := func(method, tmpl, path, says string) {
+		t.Helper()
+		r := e.do(method, path, nil)
+		if msg := r.wantError(t, http.StatusTooManyRequests, api.CodeQueueFull, "").Message; !strings.Contains(msg, says) {
+			t.Errorf("%s %s: message %q does not say %q", method, path, msg, says)
+		}
+		if ra := r.header.Get("Retry-After"); ra == "" || ra == "0" {
+			t.Fatalf("%s %s: 429 with Retry-After %q", method, path, ra)
+		}
+		reportViolations(t, checkAgainstDoc(t, doc, method, tmpl, r))
+	}
+	stillDead := func(id string) {
+		t.Helper()
+		var d api.Delivery
+		if e.do("GET", "/v1/deliveries/"+id, nil).want(t, http.StatusOK).decode(t, &d); d.Status != store.StatusDead {
+			t.Fatalf("refused, yet %s is %s", id, d.Status)
+		}
+	}
+
+	refused("POST", "/v1/subscribers/{id}/replay", "/v1/subscribers/s/replay", "cannot take 2 more") // at depth 2, cap 3: neither
+	stillDead(dead[0])
+	stillDead(dead[1])
+	e.do("POST", "/v1/deliveries/"+dead[0]+"/retry", nil).want(t, http.StatusOK)
+	refused("POST", "/v1/deliveries/{id}/retry", "/v1/deliveries/"+dead[1]+"/retry", "cannot take 1 more")
+	stillDead(dead[1])
+}
+
 // TestDatabaseLocked holds the write lock from another connection, as another process would, so
 // writes time out: 503 with Retry-After, and /readyz says not ready.
 func TestDatabaseLocked(t *testing.T) {

@@ -16,12 +16,16 @@ var unavailableCodes = map[int]bool{store.CodeBusy: true, store.CodeLocked: true
 func mapStoreError(err error) *Error {
 	switch {
 	case errors.Is(err, store.ErrQueueFull):
-		retry := defaultQueueFullRetry
-		if qf := (*store.QueueFullError)(nil); errors.As(err, &qf) && qf.RetryAfter > 0 {
-			retry = qf.RetryAfter
+		retry, msg := defaultQueueFullRetry, "the delivery queue is full; retry later"
+		if qf := (*store.QueueFullError)(nil); errors.As(err, &qf) {
+			if qf.RetryAfter > 0 {
+				retry = qf.RetryAfter
+			}
+			if qf.Queueing > 0 { // an operator's retry or replay: how far it is from fitting
+				msg = qf.Error()
+			}
 		}
-		return &Error{Status: http.StatusTooManyRequests, Code: CodeQueueFull, RetryAfter: retry,
-			Message: "the delivery queue is full; retry later"}
+		return &Error{Status: http.StatusTooManyRequests, Code: CodeQueueFull, RetryAfter: retry, Message: msg}
 	case errors.Is(err, store.ErrNotFound):
 		return errorf(http.StatusNotFound, CodeNotFound, "", "%v", err)
 	case errors.Is(err, store.ErrConflict):

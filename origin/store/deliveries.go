@@ -308,8 +308,29 @@ const hasNewerKeyed = `deliveries.coalesce_key <> '' AND EXISTS (SELECT 1 FROM d
 	WHERE n.subscriber_id = deliveries.subscriber_id AND n.coalesce_key = deliveries.coalesce_key AND n.coalesce_key <> ''
 	AND n.event_seq > deliveries.event_seq)`
 
+// checkRequeueCap refuses a requeue (a retry, a replay) whose queued deliveries, made pending in
+// tx, took the queue past the global cap: each must find the queue below the cap, as each event an
+// emit stores must, and the error is the *QueueFullError an emit gets. The caller's transaction
+// then rolls back, so a replay that does not fit whole requeues none. The queue is counted as
+// emits count it (pending or in flight, queue_counts) after the requeue, which the status triggers
+// have counted in; the write lock keeps every other writer out until the commit.
+func (s *Store) checkRequeueCap(ctx context.Context, tx *sql.Tx, queued int64) error {
+	if queued == 0 { // held or superseded: nothing for the engine to send
+		return nil
+	}
+	var depth int64
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(n), 0) FROM queue_counts WHERE status IN ('pending', 'leased')`).Scan(&depth); err != nil {
+		return err
+	}
+	if depth <= s.opts.GlobalCap {
+		return nil
+	}
+	return &QueueFullError{Depth: depth - queued, Cap: s.opts.GlobalCap, Queueing: queued, RetryAfter: DefaultQueueFullRetry}
+}
+
 // RetryDelivery puts a dead (or held) delivery back in the queue, due at now. Delivered,
-// superseded and queued deliveries are ErrInvalidState.
+// superseded and queued deliveries are ErrInvalidState; one that would take the queue past the
+// global cap is a *QueueFullError, and stays as it was.
 func (s *Store) RetryDelivery(ctx context.Context, id string, now time.Time) (*Delivery, error) {
 	seq, err := s.deliverySeq(id)
 	if err != nil {
@@ -337,8 +358,10 @@ func (s *Store) RetryDelivery(ctx context.Context, id string, now time.Time) (*D
 			return err
 		}
 		// As this transaction left it: after the commit an engine may have claimed it already.
-		d, err = s.getDelivery(ctx, tx, seq, id)
-		return err
+		if d, err = s.getDelivery(ctx, tx, seq, id); err != nil || d.Status != StatusPending {
+			return err
+		}
+		return s.checkRequeueCap(ctx, tx, 1)
 	})
 	if err != nil {
 		return nil, err
@@ -354,7 +377,8 @@ type Replayed struct {
 }
 
 // ReplayDead requeues a subscriber's dead deliveries that died in [from, to) (zero bounds are
-// open), due at now, and returns what became of them.
+// open), due at now, and returns what became of them. If those it would make pending do not fit
+// under the global cap it requeues none and returns a *QueueFullError.
 func (s *Store) ReplayDead(ctx context.Context, subscriberID string, from, to, now time.Time) (Replayed, error) {
 	if !from.IsZero() && !to.IsZero() && !from.Before(to) {
 		return Replayed{}, fieldErrf("from", "must be before to")
@@ -393,9 +417,15 @@ func (s *Store) ReplayDead(ctx context.Context, subscriberID string, from, to, n
 				out.Pending++
 			}
 		}
-		return rows.Err()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return s.checkRequeueCap(ctx, tx, out.Pending)
 	})
-	return out, err
+	if err != nil {
+		return Replayed{}, err
+	}
+	return out, nil
 }
 
 // settledSQL is the condition of deliveries_status_settled (migration 0013): neither pending nor

@@ -45,14 +45,22 @@ func ResultCode(err error) int {
 	return 0
 }
 
-// QueueFullError is returned by Emit when the global backlog cap is reached. It wraps ErrQueueFull.
+// QueueFullError is returned by Emit when the global backlog cap is reached, and by RetryDelivery
+// and ReplayDead when the deliveries they would queue do not fit under it. It wraps ErrQueueFull.
 type QueueFullError struct {
-	Depth      int64         // deliveries pending or in flight
-	Cap        int64         // the configured global cap
-	RetryAfter time.Duration // a suggested delay before emitting again
+	Depth int64 // deliveries pending or in flight
+	Cap   int64 // the configured global cap
+	// Queueing is how many deliveries a refused retry or replay would have queued (0 for an emit):
+	// a replay can be refused well below the cap, and can need a narrower range to fit at all.
+	Queueing   int64
+	RetryAfter time.Duration // a suggested delay before trying again
 }
 
 func (e *QueueFullError) Error() string {
+	if e.Queueing > 0 {
+		return fmt.Sprintf("queue full: %d deliveries pending or in flight, cap %d, cannot take %d more; retry in %s",
+			e.Depth, e.Cap, e.Queueing, e.RetryAfter)
+	}
 	return fmt.Sprintf("queue full: %d deliveries pending, cap %d; retry in %s", e.Depth, e.Cap, e.RetryAfter)
 }
 

@@ -62,7 +62,7 @@ type Options struct {
 	BusyTimeout  time.Duration // how long a writer waits for another process's write lock
 	MaxBodyBytes int           // largest event body accepted
 	BacklogCap   int64         // pending deliveries per subscriber before the oldest are dead-lettered
-	GlobalCap    int64         // pending + in-flight deliveries before Emit fails with ErrQueueFull
+	GlobalCap    int64         // pending + in-flight deliveries before Emit, RetryDelivery and ReplayDead fail with ErrQueueFull
 	Readers      int           // size of the read-only connection pool
 	// Now is the clock; nil means time.Now. Tests inject a settable one.
 	Now func() time.Time

@@ -987,6 +987,62 @@ func TestQueueFull(t *testing.T) {
 	}
 }
 
+// TestRetryAndReplayObeyTheQueueCap: a delivery queued again by a retry or a replay counts
+// against the global cap as an emitted one does (pending or in flight): each must find the queue
+// below the cap, else the requeue is refused with the QueueFullError an emit gets, and a replay
+// that would cross the cap is refused whole, nothing requeued. Both went past the cap unchecked.
+func TestRetryAndReplayObeyTheQueueCap(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk := open(t, Options{GlobalCap: 4})
+	mustSub(t, s, SubscriberInput{ID: "a"})
+	emitN(t, s, "old", 3)
+	var dead []string
+	for _, c := range claim(t, s, clk.Now(), 10).Deliveries {
+		settle(t, s, clk.Now(), done(c, ResultDead))
+		dead = append(dead, c.DeliveryID)
+	}
+	mustEmit(t, s, "flying", "t", `{}`)
+	flying := claim(t, s, clk.Now(), 10).Deliveries[0]
+	mustEmit(t, s, "waiting", "t", `{}`) // the queue: one in flight, one pending
+	full := func(what string, err error, depth, more int64) {
+		t.Helper()
+		var qf *QueueFullError
+		if !errors.As(err, &qf) || qf.Depth != depth || qf.Cap != 4 || qf.RetryAfter <= 0 ||
+			!strings.Contains(err.Error(), fmt.Sprintf("cannot take %d more", more)) {
+			t.Fatalf("%s: %v, want a QueueFullError at depth %d that cannot take %d more", what, err, depth, more)
+		}
+	}
+	want := func(deadN, pending, leased int64) {
+		t.Helper()
+		if c := counts(t, s, "a"); c[StatusDead] != deadN || c[StatusPending] != pending || c[StatusLeased] != leased {
+			t.Fatalf("counts %v, want %d dead, %d pending, %d leased", c, deadN, pending, leased)
+		}
+	}
+
+	_, err := s.ReplayDead(ctx, "a", time.Time{}, time.Time{}, clk.Now())
+	full("replay of 3 at depth 2", err, 2, 3)
+	want(3, 1, 1) // nothing requeued
+	if _, err := s.RetryDelivery(ctx, dead[0], clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.ReplayDead(ctx, "a", time.Time{}, time.Time{}, clk.Now())
+	full("replay of 2 at depth 3", err, 3, 2)
+	want(2, 2, 1)
+	if _, err := s.RetryDelivery(ctx, dead[1], clk.Now()); err != nil { // up to the cap, as an emit at depth 3 is
+		t.Fatal(err)
+	}
+	_, err = s.RetryDelivery(ctx, dead[2], clk.Now())
+	full("retry at the cap", err, 4, 1)
+	want(1, 3, 1)
+
+	settle(t, s, clk.Now(), done(flying, ResultDelivered))
+	if r, err := s.ReplayDead(ctx, "a", time.Time{}, time.Time{}, clk.Now()); err != nil || r.Pending != 1 {
+		t.Fatalf("replay of 1 at depth 3: %+v, %v", r, err)
+	}
+	want(0, 4, 0)
+}
+
 // TestMigrateKeepsTheQueue upgrades databases of version 2 (counted by its insert trigger), 4 (the
 // settled indexes still holding leased rows, no deliveries_leased) and 5 (no delivered_by_second)
 // holding deliveries in every status, and checks that every row keeps its status and that the

@@ -65,7 +65,7 @@ func init() {
 	global.bodyLimit = store.DefaultMaxBodyBytes
 	pf.Var(&global.bodyLimit, "body-limit", "largest event data, and the largest API request body (1KiB to 100MiB)")
 	pf.Int64Var(&global.backlogCap, "backlog-cap", store.DefaultBacklogCap, "pending deliveries per subscriber before the oldest are dead-lettered")
-	pf.Int64Var(&global.queueCap, "queue-cap", store.DefaultGlobalCap, "pending and in-flight deliveries before emits are refused (HTTP 429)")
+	pf.Int64Var(&global.queueCap, "queue-cap", store.DefaultGlobalCap, "pending and in-flight deliveries before emits, retries and replays are refused (HTTP 429)")
 	pf.StringVar(&global.logFormat, "log-format", DefaultLogFormat, "log format: text or json")
 	pf.StringVar(&global.logLevel, "log-level", DefaultLogLevel, "log level: debug, info, warn or error")
 	config.Mark(pf, "db", "synchronous", "busy-timeout", "body-limit", "backlog-cap", "queue-cap", "log-format", "log-level")

@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/goleak"
 	_ "modernc.org/sqlite"
@@ -304,13 +305,7 @@ func emit(t *testing.T, api string) {
 // video.trending to the legacy sample. Then a subscriber added through the API while dev runs
 // must reach the local edge and get its event.
 func TestDev(t *testing.T) {
-	d := startDev(t, filepath.Join(t.TempDir(), "dev.db"))
-	defer func() {
-		if err := d.stop(); err != nil {
-			t.Errorf("dev after Ctrl-C: %v\n%s", err, d.stderr)
-		}
-	}()
-	api := d.samplesDelivered(t)
+	d, api := startDevSamples(t)
 	// One /metrics for the engine and the API, as serve has (the outcome is written, and counted,
 	// a moment after the receiver has it).
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
@@ -346,13 +341,7 @@ func TestDev(t *testing.T) {
 // body_too_large).
 func TestDevEdgeTakesTheLargestEvent(t *testing.T) {
 	const limit = 2 << 20
-	d := startDev(t, filepath.Join(t.TempDir(), "dev.db"), "--body-limit", "2MiB")
-	defer func() {
-		if err := d.stop(); err != nil {
-			t.Errorf("dev after Ctrl-C: %v\n%s", err, d.stderr)
-		}
-	}()
-	api := d.samplesDelivered(t)
+	d, api := startDevSamples(t, "--body-limit", "2MiB")
 
 	got := addEdgeSubscriber(t, api, "large", "test.large")
 	// A JSON string of exactly --body-limit bytes, in a batch: /v1/events takes --body-limit
@@ -385,6 +374,25 @@ func TestDevEdgeTakesTheLargestEvent(t *testing.T) {
 		case <-timeout:
 			t.Fatalf("the event of --body-limit bytes did not arrive in a minute:\n%s", d.stderr)
 		}
+	}
+}
+
+// TestDevPrintsAnExcerptOfALargeBody: a sample receiver prints the start of a large delivery,
+// marked as cut and with the body's size, on a line of bounded length; it printed the whole body,
+// a line as long as the event.
+func TestDevPrintsAnExcerptOfALargeBody(t *testing.T) {
+	t.Parallel()
+	d, api := startDevSamples(t)
+	// U+009B (a terminal's control sequence introducer, valid raw in JSON) must come out escaped;
+	// é is two bytes after three: the excerpt's end falls inside one and must not split it.
+	data := "\"\u009b" + strings.Repeat("é", 100<<10) + `"`
+	post(t, api+"/v1/events", `{"type":"video.large","data":`+data+`}`, http.StatusAccepted)
+	line := d.printed(t, "received  sample-standard ")
+	const maxLine = 1 << 10
+	if len(line) > maxLine || !utf8.ValidString(line) || !strings.Contains(line, `signature verified  "\u009béé`) ||
+		!strings.Contains(line, fmt.Sprintf("%d bytes", len(data))) {
+		t.Fatalf("dev printed a %d-byte delivery as a line of %d bytes (valid UTF-8: %v), %.200q…; want at most %d bytes, "+
+			"the body's start with controls escaped, and its size", len(data), len(line), utf8.ValidString(line), line, maxLine)
 	}
 }
 
@@ -443,13 +451,7 @@ func TestDevExitsOneWhenItCannotWriteOutcomes(t *testing.T) {
 // a minute and more.
 func TestDevCutsOffStalledBodies(t *testing.T) {
 	t.Parallel()
-	d := startDev(t, filepath.Join(t.TempDir(), "dev.db"))
-	defer func() {
-		if err := d.stop(); err != nil {
-			t.Errorf("dev after Ctrl-C: %v\n%s", err, d.stderr)
-		}
-	}()
-	api := d.samplesDelivered(t)
+	d, api := startDevSamples(t)
 	var sample struct {
 		URL string `json:"url"`
 	}
@@ -537,7 +539,22 @@ type devRun struct {
 	cmd       *exec.Cmd
 	lines     chan string // its standard output, closed when dev closes it
 	stderr    *syncbuf.Buffer
-	api, edge string // the addresses it printed, once samplesDelivered has returned
+	api, edge string          // the addresses it printed, once samplesDelivered has returned
+	later     *syncbuf.Buffer // the lines it printed after samplesDelivered returned
+}
+
+// startDevSamples runs `edgehook dev` on a fresh database file, with the global flags args, and
+// returns it with its API's URL once its sample deliveries are printed (samplesDelivered). When
+// the test ends it stops dev, which must then exit 0.
+func startDevSamples(t *testing.T, args ...string) (*devRun, string) {
+	t.Helper()
+	d := startDev(t, filepath.Join(t.TempDir(), "dev.db"), args...)
+	t.Cleanup(func() {
+		if err := d.stop(); err != nil {
+			t.Errorf("dev after Ctrl-C: %v\n%s", err, d.stderr)
+		}
+	})
+	return d, d.samplesDelivered(t)
 }
 
 // startDev runs `edgehook dev` on the database file db, with the global flags args, on free ports.
@@ -550,7 +567,7 @@ func startDev(t *testing.T, db string, args ...string) *devRun {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &devRun{cmd: cmd, lines: make(chan string), stderr: &syncbuf.Buffer{}}
+	d := &devRun{cmd: cmd, lines: make(chan string), stderr: &syncbuf.Buffer{}, later: &syncbuf.Buffer{}}
 	cmd.Stderr = d.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -558,6 +575,7 @@ func startDev(t *testing.T, db string, args ...string) *devRun {
 	go func() {
 		defer close(d.lines)
 		sc := bufio.NewScanner(stdout)
+		sc.Buffer(nil, 16<<20) // a line longer than the test's events is dev's fault, for the test to name
 		for sc.Scan() {
 			d.lines <- sc.Text()
 		}
@@ -616,13 +634,28 @@ func (d *devRun) samplesDelivered(t *testing.T) string {
 		}
 	}
 	go func() {
-		for range d.lines {
+		for line := range d.lines {
+			d.later.Write([]byte(line + "\n"))
 		}
 	}()
 	if d.api == "" || d.edge == "" {
 		t.Fatalf("dev did not print its api and edge lines:\n%s", strings.Join(seen, "\n"))
 	}
 	return d.api
+}
+
+// printed waits for the first line dev prints, after samplesDelivered, that starts with prefix.
+func (d *devRun) printed(t *testing.T, prefix string) string {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for line := range strings.Lines(d.later.String()) {
+			if strings.HasPrefix(line, prefix) {
+				return strings.TrimSuffix(line, "\n")
+			}
+		}
+	}
+	t.Fatalf("dev printed no line starting %q in a minute:\n%.2000s\n%s", prefix, d.later, d.stderr)
+	return ""
 }
 
 // getJSON reads the JSON answer of a GET into v.

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -69,9 +70,10 @@ signatures, one the legacy X-VVV-Signature profile. Its edge takes bodies of up 
 or 1MiB if that is larger, as the Worker's MAX_BODY_BYTES is to be kept at --body-limit or more.
 Like serve, it deletes the delivered, dead and superseded deliveries of --db older than
 ` + engine.DefaultRetention.String() + ` (serve's default --retention). It emits a few sample events, prints each delivery as
-it arrives, and runs until Ctrl-C; emit more with curl against --listen. Stopping, it lets sends
-in flight finish for up to ` + engine.DefaultStopGrace.String() + ` and exits 0, or 1 if it could not write the outcomes of some
-sends (they are sent again once their leases expire).`,
+it arrives (of a body over ` + strconv.Itoa(maxPrintedBody) + ` bytes, its start and its size), and runs until Ctrl-C; emit more
+with curl against --listen. Stopping, it lets sends in flight finish for up to ` + engine.DefaultStopGrace.String() + ` and exits 0,
+or 1 if it could not write the outcomes of some sends (they are sent again once their leases
+expire).`,
 		Example: `  make run
   edgehook dev --db build/dev.db
   ` + emitCurl("http://"+DefaultDevListen),
@@ -320,8 +322,26 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	id := req.Header.Get(wire.HeaderWebhookID) // the legacy profile carries it too, unsigned
-	r.say("received  %-16s %s  signature verified  %s", r.id, id, body)
+	r.say("received  %-16s %s  signature verified  %s", r.id, id, bodyExcerpt(body))
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// maxPrintedBody is the most of a delivery's body dev prints: an event may be up to
+// --body-limit, 100 MiB at most, and the whole body made a line that long.
+const maxPrintedBody = 256
+
+// bodyExcerpt is how dev prints a delivery's body: whole if short, else its first maxPrintedBody
+// bytes at most, cut between characters and marked with the body's size. Controls come out
+// escaped (escapeControls): the data is what any API client sent.
+func bodyExcerpt(b []byte) string {
+	if len(b) <= maxPrintedBody {
+		return escapeControls(string(b))
+	}
+	cut := maxPrintedBody
+	for cut > 0 && !utf8.RuneStart(b[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… [cut: %d bytes in all]", escapeControls(string(b[:cut])), len(b))
 }
 
 func (r *receiver) verify(sub *store.Subscriber, h http.Header, body []byte) error {

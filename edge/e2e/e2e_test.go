@@ -344,10 +344,9 @@ func TestDevEdgeTakesTheLargestEvent(t *testing.T) {
 	d, api := startDevSamples(t, "--body-limit", "2MiB")
 
 	got := addEdgeSubscriber(t, api, "large", "test.large")
-	// A JSON string of exactly --body-limit bytes, in a batch: /v1/events takes --body-limit
-	// bytes of request, envelope included.
+	// A JSON string of exactly --body-limit bytes, which dev's API takes as emit does.
 	data := `"` + strings.Repeat("x", limit-2) + `"`
-	post(t, api+"/v1/events/batch", `{"events":[{"type":"test.large","data":`+data+`}]}`, http.StatusAccepted)
+	post(t, api+"/v1/events", `{"type":"test.large","data":`+data+`}`, http.StatusAccepted)
 	for timeout := time.After(time.Minute); ; {
 		select {
 		case r := <-got:
@@ -456,11 +455,12 @@ func TestDevCutsOffStalledBodies(t *testing.T) {
 		URL string `json:"url"`
 	}
 	getJSON(t, api+"/v1/subscribers/sample-standard", &sample)
-	// The largest body each takes: the API's default batch, the edge's and a receiver's 1 MiB.
+	// The largest body each takes: the API's default batch and its 16 KiB for the JSON around the
+	// data, the edge's and a receiver's 1 MiB.
 	servers := []struct {
 		name, url string
 		limit     int64
-	}{{"api", api + "/v1/events", 8 << 20}, {"edge", d.edge + "/", 1 << 20}, {"receiver", sample.URL, 1 << 20}}
+	}{{"api", api + "/v1/events", 8<<20 + 16<<10}, {"edge", d.edge + "/", 1 << 20}, {"receiver", sample.URL, 1 << 20}}
 	var wg sync.WaitGroup
 	for _, srv := range servers {
 		wg.Go(func() {

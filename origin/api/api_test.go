@@ -205,14 +205,30 @@ func TestPrettyEverywhere(t *testing.T) {
 	}
 }
 
+// TestBodyLimit: BodyLimit bounds an event's data, in either route, as `edgehook emit` takes it:
+// data of exactly the limit is taken, a byte more refused with a 413 naming the field (the API
+// counted the JSON around the data against the limit too). A body is read up to its route's limit
+// plus EnvelopeAllowance, and no further, however it is sent.
 func TestBodyLimit(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(s *setup) { s.api.BodyLimit = 2048; s.api.BatchBodyLimit = 4096; s.store.MaxBodyBytes = 2048 })
-	big := `{"type":"a","data":"` + strings.Repeat("x", 3000) + `"}`
-	e.do("POST", "/v1/events", big).wantError(t, http.StatusRequestEntityTooLarge, api.CodeTooLarge, "")
+	const limit, batchLimit = 2048, 4096
+	e := newEnv(t, func(s *setup) {
+		s.api.BodyLimit = limit
+		s.api.BatchBodyLimit = batchLimit
+		s.store.MaxBodyBytes = limit
+	})
+	event := func(n int) string { return `{"type":"a","data":"` + strings.Repeat("x", n-2) + `"}` } // data of n bytes
+	e.do("POST", "/v1/events", event(limit)).want(t, http.StatusAccepted)
+	e.do("POST", "/v1/events", event(limit+1)).wantError(t, http.StatusRequestEntityTooLarge, api.CodeTooLarge, "data")
+	e.do("POST", "/v1/events/batch", `{"events":[`+event(limit)+`]}`).want(t, http.StatusAccepted)
+	e.do("POST", "/v1/events/batch", `{"events":[`+event(2)+`,`+event(limit+1)+`]}`).
+		wantError(t, http.StatusRequestEntityTooLarge, api.CodeTooLarge, "events[1].data")
 
+	// The read stops at the limit and the allowance, whatever the body holds.
+	padded := event(2) + strings.Repeat(" ", limit+api.EnvelopeAllowance)
+	e.do("POST", "/v1/events", padded).wantError(t, http.StatusRequestEntityTooLarge, api.CodeTooLarge, "")
 	// Without a Content-Length (chunked), the limit still holds while reading.
-	req, _ := http.NewRequest("POST", e.url+"/v1/events", struct{ *strings.Reader }{strings.NewReader(big)})
+	req, _ := http.NewRequest("POST", e.url+"/v1/events", struct{ *strings.Reader }{strings.NewReader(padded)})
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -223,10 +239,11 @@ func TestBodyLimit(t *testing.T) {
 		t.Fatalf("chunked oversize body: status %d (content length %d), want 413", resp.StatusCode, req.ContentLength)
 	}
 
-	// A batch may be bigger than one request, up to its own limit.
-	batch := `{"events":[{"type":"a","data":"` + strings.Repeat("x", 1500) + `"},{"type":"a","data":"` + strings.Repeat("y", 1500) + `"}]}`
+	// A batch may be bigger than one request, up to its own limit and the allowance.
+	batch := `{"events":[` + event(1500) + `,` + event(1500) + `]}`
 	e.do("POST", "/v1/events/batch", batch).want(t, http.StatusAccepted)
-	e.do("POST", "/v1/events/batch", `{"events":[{"type":"a","data":"`+strings.Repeat("x", 5000)+`"}]}`).wantError(t, http.StatusRequestEntityTooLarge, api.CodeTooLarge, "")
+	padded = `{"events":[` + event(2) + `]}` + strings.Repeat(" ", batchLimit+api.EnvelopeAllowance)
+	e.do("POST", "/v1/events/batch", padded).wantError(t, http.StatusRequestEntityTooLarge, api.CodeTooLarge, "")
 }
 
 // TestDefaultBatchLimitTakesTheLargestEvent: a body limit above the default batch limit (dev
@@ -235,7 +252,7 @@ func TestDefaultBatchLimitTakesTheLargestEvent(t *testing.T) {
 	t.Parallel()
 	const limit = api.DefaultBatchBodyLimit + 1<<20
 	e := newEnv(t, func(s *setup) { s.api.BodyLimit = limit; s.store.MaxBodyBytes = limit })
-	data := `"` + strings.Repeat("x", api.DefaultBatchBodyLimit) + `"`
+	data := `"` + strings.Repeat("x", limit-2) + `"`
 	e.do("POST", "/v1/events/batch", `{"events":[{"type":"a","data":`+data+`}]}`).want(t, http.StatusAccepted)
 }
 

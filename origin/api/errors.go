@@ -71,6 +71,12 @@ func invalid(field string, err error) *Error {
 	return &Error{Status: http.StatusUnprocessableEntity, Code: CodeInvalid, Field: field, Message: err.Error()}
 }
 
+// tooLarge is the 413 for the request body (field "") or an event's data (its field) over limit
+// bytes.
+func tooLarge(field string, limit int64) *Error {
+	return errorf(http.StatusRequestEntityTooLarge, CodeTooLarge, field, "%s is over the limit of %d bytes", subjectOf(field), limit)
+}
+
 // ToError maps any error to the *Error sent to the client: an *Error as is, echo's routing errors,
 // a *wire.FieldError as a 422, and the store's sentinel errors (see mapStoreError); anything else is
 // a 500 whose cause is logged but not sent.
@@ -100,7 +106,7 @@ func ToError(err error) *Error {
 	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		return errorf(http.StatusRequestEntityTooLarge, CodeTooLarge, "", "request body is over the limit of %d bytes", mbe.Limit)
+		return tooLarge("", mbe.Limit)
 	}
 	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error", Err: err}
 }

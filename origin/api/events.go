@@ -18,7 +18,7 @@ func (s *Server) emit(c echo.Context) error {
 	if err := decodeJSON(c, &req); err != nil {
 		return err
 	}
-	in, err := req.input("")
+	in, err := s.eventInput(&req, "")
 	if err != nil {
 		return err
 	}
@@ -72,7 +72,7 @@ func (s *Server) emitBatch(c echo.Context) error {
 	}
 	ins := make([]store.EmitInput, len(req.Events))
 	for i := range req.Events {
-		in, err := req.Events[i].input(fmt.Sprintf("events[%d].", i))
+		in, err := s.eventInput(&req.Events[i], fmt.Sprintf("events[%d].", i))
 		if err != nil {
 			return err
 		}
@@ -87,6 +87,15 @@ func (s *Server) emitBatch(c echo.Context) error {
 		out.Results[i] = NewEmitResult(r)
 	}
 	return c.JSON(http.StatusAccepted, out)
+}
+
+// eventInput converts an event of a request for the store, refusing data over the body limit: the
+// limit is the data's, as for `edgehook emit`, the request's read leaving room for the JSON around it.
+func (s *Server) eventInput(r *EventRequest, field string) (store.EmitInput, error) {
+	if int64(len(r.Data)) > s.limits.body {
+		return store.EmitInput{}, tooLarge(field+"data", s.limits.body)
+	}
+	return r.input(field)
 }
 
 // getEvent handles GET /v1/events/{id}: an event with its data, while retention keeps it.

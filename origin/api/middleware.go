@@ -191,16 +191,18 @@ func checkQuery(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // limitBody refuses a declared oversize body at once and caps the reader for the rest, so a body
-// over the limit is a 413 however it is sent.
+// over the limit is a 413 however it is sent. The limit leaves EnvelopeAllowance for the JSON
+// around an event's data, whose own size eventInput checks.
 func (s *Server) limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		limit := s.limits.body
 		if c.Path() == "/v1/events/batch" {
 			limit = s.limits.batch
 		}
+		limit += EnvelopeAllowance
 		r := c.Request()
 		if r.ContentLength > limit {
-			return errorf(http.StatusRequestEntityTooLarge, CodeTooLarge, "", "request body is over the limit of %d bytes", limit)
+			return tooLarge("", limit)
 		}
 		r.Body = http.MaxBytesReader(c.Response(), r.Body, limit)
 		return next(c)

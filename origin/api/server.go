@@ -16,6 +16,11 @@ import (
 const (
 	DefaultBodyLimit      = 256 << 10
 	DefaultBatchBodyLimit = 8 << 20
+	// EnvelopeAllowance is what a request body may hold beyond its limit (BodyLimit or
+	// BatchBodyLimit): the JSON around an event's data, so that BodyLimit bounds the data itself,
+	// as `edgehook emit` takes it. An envelope's strings are short (an id and a type of 128 bytes,
+	// a coalesce key of 200: under 3 KiB with every byte escaped); the rest is room for white space.
+	EnvelopeAllowance = 16 << 10
 	// MaxBatch is the most events one POST /v1/events/batch may carry.
 	MaxBatch = 1000
 )
@@ -26,8 +31,10 @@ type Options struct {
 	// Tokens are the accepted bearer tokens; empty turns authentication off (only sensible on a
 	// loopback address, which the command line enforces).
 	Tokens []string
-	// BodyLimit bounds a request body (and so one event's data); BatchBodyLimit bounds the body
-	// of POST /v1/events/batch. Zero means the default (for BatchBodyLimit, BodyLimit if larger).
+	// BodyLimit bounds an event's data, in either route (413 naming the field), and, with
+	// EnvelopeAllowance added, a request body; BatchBodyLimit, with EnvelopeAllowance added,
+	// bounds the body of POST /v1/events/batch instead. Zero means the default (for
+	// BatchBodyLimit, BodyLimit if larger, so that an event of the largest data goes by batch too).
 	BodyLimit      int64
 	BatchBodyLimit int64
 	Logger         *slog.Logger
@@ -56,7 +63,7 @@ type limits struct{ body, batch int64 }
 
 // MaxBody is the largest request body the server takes: what an http.Server in front of it bounds
 // its reads by (httpserve.New).
-func (s *Server) MaxBody() int64 { return max(s.limits.body, s.limits.batch) }
+func (s *Server) MaxBody() int64 { return max(s.limits.body, s.limits.batch) + EnvelopeAllowance }
 
 // New builds the server and its routes.
 func New(o Options) (*Server, error) {
@@ -66,7 +73,7 @@ func New(o Options) (*Server, error) {
 	if o.BodyLimit <= 0 {
 		o.BodyLimit = DefaultBodyLimit
 	}
-	if o.BatchBodyLimit <= 0 { // at least one event of the largest data goes by batch too (dev)
+	if o.BatchBodyLimit <= 0 {
 		o.BatchBodyLimit = max(DefaultBatchBodyLimit, o.BodyLimit)
 	}
 	m, err := newHTTPMetrics(o.Registry)

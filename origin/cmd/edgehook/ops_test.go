@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgehook/edgehook/origin/api"
 	"github.com/edgehook/edgehook/shared/wire"
 )
 
@@ -264,6 +265,31 @@ func TestEmitDataOverTheBodyLimit(t *testing.T) {
 		r := c.runIn(tc.stdin, append([]string{"emit", "--type", "a.b", "--body-limit", "1KiB"}, tc.args...)...)
 		if r.code != 2 || r.stderr != tc.want {
 			t.Errorf("emit %s: exit %d, stderr %q; want 2 and %q", tc.args[0], r.code, r.stderr, tc.want)
+		}
+	}
+}
+
+// TestServeTakesDataOfTheBodyLimit: serve's API takes an event whose data is exactly --body-limit,
+// as emit does, alone or in a batch, and refuses a byte more with a 413 naming the field. It
+// counted the JSON around the data against --body-limit too, and refused what emit takes.
+func TestServeTakesDataOfTheBodyLimit(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	srv := startServe(t, c, "--body-limit", "1KiB")
+	data := `"` + strings.Repeat("a", 1022) + `"`
+	over := `"` + strings.Repeat("a", 1023) + `"`
+	c.ok("emit", "--type", "a.b", "--body-limit", "1KiB", "--data", data)
+	for _, r := range []struct{ path, body, field string }{
+		{"/v1/events", `{"type":"a.b","data":%s}`, "data"},
+		{"/v1/events/batch", `{"events":[{"type":"a.b","data":%s}]}`, "events[0].data"},
+	} {
+		if code, answer := srv.call(t, "POST", r.path, "", fmt.Sprintf(r.body, data)); code != http.StatusAccepted {
+			t.Errorf("POST %s, data of --body-limit bytes: %d %s, want 202 as emit takes it", r.path, code, bytes.TrimSpace(answer))
+		}
+		code, answer := srv.call(t, "POST", r.path, "", fmt.Sprintf(r.body, over))
+		var e api.Error
+		if code != http.StatusRequestEntityTooLarge || json.Unmarshal(answer, &e) != nil || e.Code != api.CodeTooLarge || e.Field != r.field {
+			t.Errorf("POST %s, data a byte over --body-limit: %d %s, want 413 %s naming %s", r.path, code, bytes.TrimSpace(answer), api.CodeTooLarge, r.field)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/edgehook/edgehook/origin/api"
 	"github.com/edgehook/edgehook/origin/config"
 	"github.com/edgehook/edgehook/origin/store"
 	"github.com/edgehook/edgehook/shared/wire"
@@ -63,7 +64,8 @@ func init() {
 	pf.StringVar(&global.synchronous, "synchronous", store.SyncNormal, "SQLite synchronous mode: NORMAL (durable across a process crash) or FULL (also across power loss)")
 	pf.DurationVar(&global.busyTimeout, "busy-timeout", store.DefaultBusyTimeout, "how long a write waits for another process's lock")
 	global.bodyLimit = store.DefaultMaxBodyBytes
-	pf.Var(&global.bodyLimit, "body-limit", "largest event data, and the largest API request body (1KiB to 100MiB)")
+	pf.Var(&global.bodyLimit, "body-limit", "largest event data, by emit or the API, whose request bodies may add "+
+		config.ByteSize(api.EnvelopeAllowance).String()+" of JSON around it (1KiB to 100MiB)")
 	pf.Int64Var(&global.backlogCap, "backlog-cap", store.DefaultBacklogCap, "pending deliveries per subscriber before the oldest are dead-lettered")
 	pf.Int64Var(&global.queueCap, "queue-cap", store.DefaultGlobalCap, "pending and in-flight deliveries before emits, retries and replays are refused (HTTP 429)")
 	pf.StringVar(&global.logFormat, "log-format", DefaultLogFormat, "log format: text or json")

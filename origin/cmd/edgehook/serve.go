@@ -51,7 +51,8 @@ Listening on anything but a loopback address requires at least one --token.`,
 	f.StringVar(&serveFlags.listen, "listen", DefaultListen, "address of the HTTP API (host:port)")
 	f.StringSliceVar(&serveFlags.tokens, "token", nil, "accepted bearer token (comma-separated or repeated); none: no auth, loopback only")
 	serveFlags.batchBodyLimit = api.DefaultBatchBodyLimit
-	f.Var(&serveFlags.batchBodyLimit, "batch-body-limit", "largest POST /v1/events/batch body (at least --body-limit: raise it with a --body-limit above 8MiB)")
+	f.Var(&serveFlags.batchBodyLimit, "batch-body-limit", "largest POST /v1/events/batch body, plus "+
+		config.ByteSize(api.EnvelopeAllowance).String()+" as for --body-limit (at least --body-limit: raise it with a --body-limit above 8MiB)")
 	config.Mark(f, "listen", "token", "batch-body-limit")
 	config.MarkSecret(f, "token")
 	serveFlags.engine.register(f)

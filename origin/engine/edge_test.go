@@ -82,6 +82,9 @@ func TestEdgeMode(t *testing.T) {
 		{name: "coalesced", answer: outcome(wire.OutcomeCoalesced, 429, "Retry-After", "7"), status: store.StatusPending, attempts: 0, retryIn: 7 * time.Second},
 		{name: "forwarded 410", answer: outcome(wire.OutcomeForwarded, 410), status: store.StatusHeld, attempts: 1, subState: store.StateDisabled},
 		{name: "forwarded 429", answer: outcome(wire.OutcomeForwarded, 429, "Retry-After", "30"), status: store.StatusPending, attempts: 1, retryIn: 30 * time.Second},
+		// The Worker's fetch joins a subscriber's repeated Retry-After lines into one value, as
+		// its Headers object does every repeated field; sent directly, the first line is read.
+		{name: "forwarded 429, Retry-After lines joined", answer: outcome(wire.OutcomeForwarded, 429, "Retry-After", "30, 30"), status: store.StatusPending, attempts: 1, retryIn: 30 * time.Second},
 		{name: "upstream timeout", answer: outcome(wire.OutcomeUpstreamTimeout, 504), status: store.StatusPending, attempts: 1},
 		// The edge's faults, not the subscriber's: rescheduled without counting an attempt.
 		{name: "no outcome header", answer: func(w http.ResponseWriter, _ *signature.Hop) { w.WriteHeader(502) }, status: store.StatusPending, attempts: 0},

@@ -18,9 +18,10 @@ var ErrRetryAfter = errors.New("ignored Retry-After")
 // ParseRetryAfter parses a Retry-After value in either form of RFC 9110: delta-seconds ("120") or an
 // HTTP-date ("Wed, 21 Oct 2015 07:28:00 GMT"). A date in the past yields zero. Empty, malformed,
 // negative and absurd (over MaxRetryAfter) values return an error wrapping ErrRetryAfter that says why;
-// the caller then falls back to its own backoff.
+// the caller then falls back to its own backoff. Of several values joined with commas, the first
+// is read (firstValue).
 func ParseRetryAfter(v string, now time.Time) (time.Duration, error) {
-	v = strings.TrimSpace(v)
+	v = strings.TrimSpace(firstValue(v))
 	if v == "" {
 		return 0, fmt.Errorf("%w: empty", ErrRetryAfter)
 	}
@@ -50,6 +51,25 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, error) {
 		return 0, fmt.Errorf("%w: %q is more than %s away", ErrRetryAfter, v, MaxRetryAfter)
 	}
 	return d.Round(time.Second), nil
+}
+
+// firstValue returns the first of repeated Retry-After field lines joined into one value with
+// commas, as a fetch Headers object (the Worker's) joins them, and net/http's Header.Get reads
+// the first line of a direct answer. A comma after no digit is an HTTP-date's own, after its day
+// name.
+func firstValue(v string) string {
+	i := strings.IndexByte(v, ',')
+	if i < 0 {
+		return v
+	}
+	if strings.TrimSpace(v[:i]) != "" && !strings.ContainsAny(v[:i], "0123456789") {
+		j := strings.IndexByte(v[i+1:], ',')
+		if j < 0 {
+			return v
+		}
+		i += 1 + j
+	}
+	return v[:i]
 }
 
 // httpDateFormats are the three HTTP-date forms of RFC 9110 §5.6.7, written out so this package

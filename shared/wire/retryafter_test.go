@@ -32,6 +32,13 @@ func TestParseRetryAfter(t *testing.T) {
 		{in: "Sun, 06 Nov 1994 08:49:37 GMT", want: 0, nowOffset: 24 * time.Hour}, // a day ago
 		{in: "Sun, 06 Nov 1994 08:49:38 GMT", want: time.Second, nowOffset: 400 * time.Millisecond},
 		{in: "Sun, 13 Nov 1994 08:49:37 GMT", want: 7 * 24 * time.Hour},
+		// Repeated field lines joined into one, as a fetch Headers object (the Worker's) joins
+		// them: the first is read, as net/http's Header.Get reads the first line.
+		{in: "120, 120", want: 120 * time.Second},
+		{in: "120,5", want: 120 * time.Second},
+		{in: "Sun, 06 Nov 1994 08:51:07 GMT, Sun, 06 Nov 1994 08:51:07 GMT", want: 90 * time.Second},
+		{in: "Sunday, 06-Nov-94 08:51:07 GMT, 5", want: 90 * time.Second},
+		{in: "Sun Nov  6 08:51:07 1994, 5", want: 90 * time.Second},
 
 		{in: "", wantErr: "empty"},
 		{in: "   ", wantErr: "empty"},
@@ -62,6 +69,10 @@ func TestParseRetryAfter(t *testing.T) {
 		{in: "sun, 06 nov 1994 08:51:07 GMT", wantErr: "neither"},
 		{in: "Sun, 06 Nov 1994 8:51:07 GMT", wantErr: "neither"},
 		{in: "Mon, 06 Nov 1994 08:51:07 GMT", wantErr: "neither"}, // 6 Nov 1994 was a Sunday
+		{in: "soon, 120", wantErr: "neither"},                     // the first line is garbage
+		{in: ", 120", wantErr: "empty"},
+		{in: "604801, 120", wantErr: "is more than"},
+		{in: "Sun, 120", wantErr: "neither"},
 	}
 	for _, tc := range tests {
 		got, err := wire.ParseRetryAfter(tc.in, now.Add(tc.nowOffset))

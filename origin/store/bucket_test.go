@@ -87,3 +87,27 @@ func TestASlowBucketsNextTokenIsFarOff(t *testing.T) {
 		t.Fatalf("claimed %d, waiting %v, next token in %s; want none, waiting, the next token centuries away", len(res.Deliveries), res.Waiting, res.NextToken)
 	}
 }
+
+// TestNextTokenAfterTheClockWentBackALittle: the clock is set back 30 s, less than clockSlack, so
+// the empty bucket refills nothing until the clock reads its last refill again. The claim must
+// say its next token is that far off, not one refill interval (1 ms at 1,000/s) away: the engine
+// claims again at NextToken, and would run an empty write transaction every millisecond for 30 s.
+func TestNextTokenAfterTheClockWentBackALittle(t *testing.T) {
+	t.Parallel()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a", RatePerSec: 1000, Burst: 2, MaxInFlight: 100})
+	emitN(t, s, "x", 10)
+	first := claim(t, s, clk.Now(), 10).Deliveries
+	if len(first) != 2 {
+		t.Fatalf("claimed %d, want the burst of 2", len(first))
+	}
+	clk.Advance(-30 * time.Second)
+	res := claim(t, s, clk.Now(), 10)
+	for _, c := range first {
+		settle(t, s, clk.Now(), done(c, ResultDelivered))
+	}
+	if len(res.Deliveries) != 0 || !res.Waiting || res.NextToken < 30*time.Second {
+		t.Fatalf("claimed %d, waiting %v, next token in %s; want none, waiting, the next token 30 s away",
+			len(res.Deliveries), res.Waiting, res.NextToken)
+	}
+}

@@ -62,6 +62,7 @@ type candidate struct {
 	budget    int
 	tokens    float64
 	rate      float64
+	behind    float64 // seconds until now reaches the bucket's last refill, which refills nothing before
 	probe     bool
 	taken     int
 	exhausted bool
@@ -79,7 +80,7 @@ func (c *candidate) held(res *ClaimResult) {
 	}
 	// In float seconds, bounded before the conversion: a bucket slow enough (a rate of 1e-10/s)
 	// overflowed a Duration into a negative one, which the floor made a millisecond.
-	secs := min((1-(c.tokens-float64(c.taken)))/c.rate, maxTokenWait.Seconds())
+	secs := min(c.behind+(1-(c.tokens-float64(c.taken)))/c.rate, maxTokenWait.Seconds())
 	wait := max(time.Duration(secs*float64(time.Second)), time.Millisecond)
 	if res.NextToken == 0 || wait < res.NextToken {
 		res.NextToken = wait
@@ -424,6 +425,9 @@ func (s *Store) claimCandidates(ctx context.Context, tx *sql.Tx, now int64, move
 		}
 		leased += moves[[2]string{c.id, string(StatusLeased)}]
 		elapsed := math.Max(0, float64(now-refilledAt)/1000)
+		// A refill after now (a clock set back by less than clockSlack) earns nothing until now
+		// reaches it: the next token is that much further off.
+		c.behind = math.Max(0, float64(refilledAt-now)/1000)
 		c.tokens = math.Min(float64(burst), c.tokens+c.rate*elapsed)
 		c.budget = max(0, min(int(math.Floor(c.tokens)), maxInFlight-int(leased)))
 		c.byTokens = int(math.Floor(c.tokens)) < maxInFlight-int(leased)

@@ -158,3 +158,52 @@ func TestAFailureHeldWithItsDisabledSubscriberIsNotCountedRetried(t *testing.T) 
 			v, res.Retried, res.Held)
 	}
 }
+
+// TestA410AtTheLastAttemptIsTheLast: with --max-attempts 1, the one send is answered 410. A 410
+// settles as a failure, and one at the last allowed attempt is final, whether it disables the
+// subscriber or not: no send may count as a second attempt. "current": the subscriber as it was
+// sent to answered; it is disabled, and the delivery must not wait held to be sent again after
+// the resume. "stale": the 410 came after the operator pointed the subscriber at a new URL, so it
+// is not applied, and the new URL must not get a second attempt once the backoff has passed.
+func TestA410AtTheLastAttemptIsTheLast(t *testing.T) {
+	t.Parallel()
+	for _, stale := range []bool{false, true} {
+		t.Run(map[bool]string{false: "current", true: "stale"}[stale], func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, Config{MaxAttempts: 1})
+			ctx := context.Background()
+			arrived, answer := newGate(t), newGate(t)
+			old := newSink(t, func(w http.ResponseWriter, _ *recorded) {
+				arrived.open()
+				<-answer.ch
+				w.WriteHeader(http.StatusGone)
+			})
+			fresh := newSink(t, status(http.StatusInternalServerError))
+			e.sub(store.SubscriberInput{ID: "a", URL: old.URL})
+			e.emit("e1", "t", `{}`)
+			done := e.drainInBackground()
+			waitGate(t, arrived, "e1 to be sent")
+			if stale {
+				url := fresh.URL
+				if _, err := e.st.UpdateSubscriber(ctx, "a", store.SubscriberPatch{URL: &url}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			answer.open()
+			<-done
+			if !stale {
+				if _, err := e.st.ResumeSubscriber(ctx, "a"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.clk.Advance(3 * time.Hour) // past any backoff (an hour to two)
+			e.drain()
+
+			d := e.only()
+			if sent := len(old.received()) + len(fresh.received()); d.Status != store.StatusDead || d.Attempts != 1 || sent != 1 {
+				t.Fatalf("with --max-attempts 1, after a 410: delivery %s (reason %q) with %d attempts, %d requests sent; want dead with 1, 1 sent",
+					d.Status, d.Reason, d.Attempts, sent)
+			}
+		})
+	}
+}

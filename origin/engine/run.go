@@ -637,14 +637,15 @@ func (r *run) logCircuits(changes []store.CircuitChange) {
 }
 
 // logGone logs the subscribers a settle disabled after a 410, and the 410s it did not apply: sent
-// before the subscriber was changed (a new URL, a resume), they do not undo the change.
+// before the subscriber was changed (a new URL, a resume), they do not undo the change. A 410 at
+// a delivery's last attempt leaves it dead, not held, whether applied or not.
 func (r *run) logGone(batch []store.Settlement, disabled []string, held, lost map[int64]bool) {
 	for _, id := range disabled {
 		r.e.log.Warn("subscriber disabled: it answered 410 Gone; its deliveries are held", "subscriber", id)
 	}
 	for i := range batch {
-		if it := &batch[i]; it.Disable != "" && !held[it.Seq] && !lost[it.Seq] {
-			r.e.log.Info("a 410 Gone was not applied: the subscriber was changed after its send; the delivery is retried",
+		if it := &batch[i]; it.Disable != "" && !held[it.Seq] && !lost[it.Seq] && !slices.Contains(disabled, it.SubscriberID) {
+			r.e.log.Info("a 410 Gone was not applied: the subscriber was changed after its send; the delivery settles as any failure",
 				"subscriber", it.SubscriberID, "delivery", r.e.st.DeliveryID(it.Seq))
 		}
 	}

@@ -370,10 +370,10 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 		attempt.Outcome, attempt.Error, set.Error = classGone, msg, msg
 		set.Disable = msg
 		e.m.failed.WithLabelValues(sub.ID, classGone).Inc()
-		// Held with its subscriber, disabled by the settle; due after a backoff as any failure if
-		// the settle finds the subscriber changed since this send (Settlement.Seen).
-		set.Result, set.NextAttemptAt = store.ResultRetry, now.Add(e.backoff(c.Attempts))
-		return set
+		// A failure as any other, and final at the last attempt (or the max age) whether the
+		// settle disables the subscriber or finds it changed since this send (Settlement.Seen).
+		// Otherwise held with its subscriber once disabled, or due after the backoff.
+		return e.retry(c, set, now.Add(e.backoff(c.Attempts)), now)
 	case s == http.StatusTooManyRequests || s == http.StatusServiceUnavailable:
 		// A wait of 0 (a date already past by this clock, or "0") is no wait: taken as one, every
 		// attempt was spent at once on a subscriber that asked to be left alone. It backs off as

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -68,18 +69,18 @@ func (s *hookSink) expect(t *testing.T, id, after string) {
 	}
 }
 
-// startIdleServe runs serve with a poll interval of a minute and one attempt per delivery, in c's
-// directory.
-func startIdleServe(t *testing.T, c *cli) *server {
-	return startServe(t, c, "--poll-interval", "1m", "--max-attempts", "1", "--allow-network", "127.0.0.0/8")
+// startIdleServe runs serve with a poll interval of a minute and maxAttempts attempts per
+// delivery, in c's directory.
+func startIdleServe(t *testing.T, c *cli, maxAttempts int) *server {
+	return startServe(t, c, "--poll-interval", "1m", "--max-attempts", strconv.Itoa(maxAttempts), "--allow-network", "127.0.0.0/8")
 }
 
-// sentOne starts serve (startIdleServe), a sink answering status and subscriber "s" to every
-// event there; it emits e1 and returns once the sink has it, so the engine is past its first
-// claim, waiting for a wake-up.
-func sentOne(t *testing.T, c *cli, status int) (*hookSink, *server) {
+// sentOne starts serve (startIdleServe, maxAttempts), a sink answering status and subscriber "s"
+// to every event there; it emits e1 and returns once the sink has it, so the engine is past its
+// first claim, waiting for a wake-up.
+func sentOne(t *testing.T, c *cli, status, maxAttempts int) (*hookSink, *server) {
 	sink := newHookSink(t, status)
-	srv := startIdleServe(t, c)
+	srv := startIdleServe(t, c, maxAttempts)
 	srv.must(t, http.StatusCreated, "POST", "/v1/subscribers", `{"id":"s","url":"`+sink.URL+`","events":["*"]}`)
 	srv.emit(t, "e1", "a")
 	sink.expect(t, "e1", "an emit")
@@ -124,7 +125,7 @@ func TestServeWakesOnAPIWrites(t *testing.T) {
 	t.Run("resume", func(t *testing.T) {
 		t.Parallel()
 		c := newCLI(t)
-		sink, srv := sentOne(t, c, http.StatusNoContent)
+		sink, srv := sentOne(t, c, http.StatusNoContent, 1)
 		// Paused from another process, which does not wake serve (the API's pause would, and
 		// the claim it starts could send e2 whether or not the resume woke anything).
 		c.ok("subscribers", "pause", "s")
@@ -134,7 +135,8 @@ func TestServeWakesOnAPIWrites(t *testing.T) {
 	})
 	t.Run("re-enable", func(t *testing.T) {
 		t.Parallel()
-		sink, srv := sentOne(t, newCLI(t), http.StatusGone)
+		// Two attempts: a 410 at a delivery's last is final, and leaves nothing held.
+		sink, srv := sentOne(t, newCLI(t), http.StatusGone, 2)
 		srv.until(t, "/v1/subscribers/s", `"state":"disabled"`) // and e1 held
 		sink.status.Store(http.StatusNoContent)
 		srv.must(t, http.StatusOK, "POST", "/v1/subscribers/s/resume", "")
@@ -142,7 +144,7 @@ func TestServeWakesOnAPIWrites(t *testing.T) {
 	})
 	t.Run("retry and replay", func(t *testing.T) {
 		t.Parallel()
-		sink, srv := sentOne(t, newCLI(t), http.StatusInternalServerError)
+		sink, srv := sentOne(t, newCLI(t), http.StatusInternalServerError, 1)
 		srv.emit(t, "e2", "a")
 		sink.expect(t, "e2", "an emit")
 		srv.until(t, "/v1/stats", `"dead":2`)
@@ -173,7 +175,7 @@ func TestServeWakesOnAPIWrites(t *testing.T) {
 	t.Run("create then emit", func(t *testing.T) {
 		t.Parallel()
 		stuck, late := newHookSink(t, 0), newHookSink(t, http.StatusNoContent)
-		srv := startIdleServe(t, newCLI(t))
+		srv := startIdleServe(t, newCLI(t), 1)
 		srv.must(t, http.StatusCreated, "POST", "/v1/subscribers",
 			`{"id":"stuck","url":"`+stuck.URL+`","events":["job.stuck"],"max_in_flight":1,"timeout_ms":60000}`)
 		srv.emit(t, "e1", "job.stuck")

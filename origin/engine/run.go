@@ -588,8 +588,18 @@ func (r *run) settled(batch []store.Settlement, written store.Settled) {
 		}
 		held[seq] = true
 	}
+	// Failures of sends made before their subscriber's last change, written due now whatever
+	// their Result asked (a retry later, or dead): retried, and claimed now, not at the poll.
+	var renewed map[int64]bool
+	for _, seq := range written.Outdated {
+		if renewed == nil {
+			renewed = make(map[int64]bool, len(written.Outdated))
+			signal(r.e.wake)
+		}
+		renewed[seq] = true
+	}
 	r.logGone(batch, written.Disabled, held, lost)
-	r.logDead(batch, lost)
+	r.logDead(batch, lost, renewed)
 	// The counters of results, here and not when an answer is decided: a stale outcome is none
 	// of them (the store kept nothing of it; the claim that took the delivery over counts it).
 	m := r.e.m
@@ -600,7 +610,11 @@ func (r *run) settled(batch []store.Settlement, written store.Settled) {
 			if lost[it.Seq] {
 				continue
 			}
-			switch it.Result {
+			result := it.Result
+			if renewed[it.Seq] {
+				result = store.ResultRetry
+			}
+			switch result {
 			case store.ResultDelivered:
 				d.Delivered++
 				m.delivered.WithLabelValues(it.SubscriberID).Inc()
@@ -610,7 +624,7 @@ func (r *run) settled(batch []store.Settlement, written store.Settled) {
 					continue
 				}
 				d.Retried++
-				if it.Result == store.ResultRetry {
+				if result == store.ResultRetry {
 					m.retried.WithLabelValues(it.SubscriberID).Inc()
 				}
 			case store.ResultDead, store.ResultDeadUnsent:
@@ -645,23 +659,23 @@ func (r *run) logGone(batch []store.Settlement, disabled []string, held, lost ma
 	}
 	for i := range batch {
 		if it := &batch[i]; it.Disable != "" && !held[it.Seq] && !lost[it.Seq] && !slices.Contains(disabled, it.SubscriberID) {
-			r.e.log.Info("a 410 Gone was not applied: the subscriber was changed after its send; the delivery settles as any failure",
+			r.e.log.Info("a 410 Gone was not applied: the subscriber was changed after its send; as any failure of such a send, it counts no attempt, and the delivery is due again at once unless past its max age",
 				"subscriber", it.SubscriberID, "delivery", r.e.st.DeliveryID(it.Seq))
 		}
 	}
 }
 
-// logDead logs the deliveries of a batch that died (but for those in lost, which did not): one
-// line per subscriber and reason, with the count, the first one's id and its last error, so a
-// subscriber failing for good does not write a line per delivery.
-func (r *run) logDead(batch []store.Settlement, lost map[int64]bool) {
+// logDead logs the deliveries of a batch that died (but for those in lost or renewed, which did
+// not): one line per subscriber and reason, with the count, the first one's id and its last
+// error, so a subscriber failing for good does not write a line per delivery.
+func (r *run) logDead(batch []store.Settlement, lost, renewed map[int64]bool) {
 	type group struct{ sub, reason string }
 	var order []group
 	first := map[group]*store.Settlement{}
 	count := map[group]int{}
 	for i := range batch {
 		it := &batch[i]
-		if it.Result != store.ResultDead && it.Result != store.ResultDeadUnsent || lost[it.Seq] {
+		if it.Result != store.ResultDead && it.Result != store.ResultDeadUnsent || lost[it.Seq] || renewed[it.Seq] {
 			continue
 		}
 		g := group{it.SubscriberID, it.Reason}

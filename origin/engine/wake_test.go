@@ -2,10 +2,14 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/edgehook/edgehook/origin/store"
 	"github.com/edgehook/edgehook/shared/signature"
@@ -109,22 +113,108 @@ func TestANewURLIsSentToAtOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.eng.Wake()
-			got := map[string]bool{}
-			timeout := time.After(5 * time.Second)
-			for len(got) < len(events) {
-				select {
-				case id := <-arrived:
-					got[id] = true
-				case <-timeout:
-					t.Fatalf("after the URL changed, the new URL got %v within 5s, want %v (the old one got %d requests)",
-						got, events, len(old.received()))
-				}
+			if got := arrivals(arrived, len(events)); len(got) != len(events) {
+				t.Fatalf("after the URL changed, the new URL got %v within 5s, want %v (the old one got %d requests)",
+					got, events, len(old.received()))
 			}
 			if n := len(old.received()); n != 3 {
 				t.Errorf("the old URL got %d requests, want still 3", n)
 			}
 		})
 	}
+}
+
+// TestAStaleFailureGoesToTheNewURLAtOnce: a send still out to the old URL when the operator
+// points the subscriber at a new one (and the engine is woken, as PATCH does) fails after the
+// change: a 500, or the subscriber's timeout. That failure is the old endpoint's: it costs the
+// delivery neither a backoff (an hour or more here, with an hour's poll interval and a clock
+// that does not move) nor an attempt (with --max-attempts 1, the old URL's failure came at the
+// last one). The delivery goes to the new URL at once and is delivered at its first counted
+// attempt, the old URL's failure logged before it, uncounted (numbered 0).
+func TestAStaleFailureGoesToTheNewURLAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name        string
+		maxAttempts int
+		timeoutMS   int64
+		answer      func(w http.ResponseWriter, r *recorded)
+		status      int // the old URL's, as logged
+	}{
+		{"500", 0, 30000, status(http.StatusInternalServerError), 500},
+		{"timeout", 0, 2500, func(_ http.ResponseWriter, r *recorded) { <-r.req.Context().Done() }, 0},
+		{"500 at the last attempt", 1, 30000, status(http.StatusInternalServerError), 500},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, Config{PollInterval: time.Hour, MaxAttempts: tc.maxAttempts})
+			ctx := context.Background()
+			sent, changed := newGate(t), newGate(t)
+			old := newSink(t, func(w http.ResponseWriter, r *recorded) {
+				sent.open()
+				<-changed.ch
+				tc.answer(w, r)
+			})
+			arrived := make(chan string, 10)
+			fresh := newSink(t, func(w http.ResponseWriter, r *recorded) {
+				arrived <- r.header.Get(wire.HeaderWebhookID)
+				w.WriteHeader(http.StatusNoContent)
+			})
+			e.sub(store.SubscriberInput{ID: "a", URL: old.URL, TimeoutMS: tc.timeoutMS})
+			e.emit("e1", "t", `{}`)
+			if err := e.eng.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer e.eng.Stop(ctx)
+			waitGate(t, sent, "e1 to reach the old URL")
+			url := fresh.URL
+			if _, err := e.st.UpdateSubscriber(ctx, "a", store.SubscriberPatch{URL: &url}); err != nil {
+				t.Fatal(err)
+			}
+			e.eng.Wake()
+			changed.open()
+			if got := arrivals(arrived, 1); len(got) != 1 {
+				d := e.only()
+				t.Fatalf("the new URL got %v within 5s, want e1; e1 is %s (reason %q) after %d attempts, due in %s",
+					got, d.Status, d.Reason, d.Attempts, d.NextAttemptAt.Sub(e.clk.Now()))
+			}
+
+			var d *store.Delivery
+			waitUntil(t, "e1 to be settled delivered", func() bool {
+				d = e.only()
+				return d.Status == store.StatusDelivered
+			})
+			var log []string
+			for _, a := range d.AttemptLog {
+				log = append(log, fmt.Sprintf("#%d %d", a.Number, a.Status))
+			}
+			if want := []string{fmt.Sprintf("#0 %d", tc.status), "#1 204"}; d.Attempts != 1 || !slices.Equal(log, want) {
+				t.Errorf("e1: %d attempts, logged %q; want 1, %q", d.Attempts, log, want)
+			}
+			dead, retried := testutil.ToFloat64(e.eng.m.dead.WithLabelValues("a", store.ReasonMaxAttempts)), testutil.ToFloat64(e.eng.m.retried.WithLabelValues("a"))
+			if dead != 0 || retried != 1 {
+				t.Errorf("deliveries_dead_total{reason=max_attempts} %v, deliveries_retried_total %v; want 0 and 1: the old URL's failure was retried", dead, retried)
+			}
+		})
+	}
+}
+
+// arrivals collects what arrives (arrived gets the webhook-id of each send that got through) for
+// up to 5 s, until n different ids have: with an hour's poll interval, only what was made due at
+// once (and the engine told) gets there.
+func arrivals(arrived <-chan string, n int) []string {
+	var got []string
+	timeout := time.After(5 * time.Second)
+	for len(got) < n {
+		select {
+		case id := <-arrived:
+			if !slices.Contains(got, id) {
+				got = append(got, id)
+			}
+		case <-timeout:
+			return got
+		}
+	}
+	return got
 }
 
 // TestWakeRereadsActiveSubscribers: a run reads how many subscribers are active once a poll
@@ -187,8 +277,8 @@ func TestClaimTakesTheWakeOfWhatItClaims(t *testing.T) {
 // TestLateAnswersFromAReplacedURLEarnNothing: sends still out to the old URL when the operator
 // changes it (a hanging endpoint, the usual reason to change it) answer after the change: a 503
 // with an hour's Retry-After and a 500. Those answers are about the old endpoint: they neither
-// pause the subscriber nor open its circuit again (a threshold of 1 here), so the next event goes
-// to the new URL at once.
+// pause the subscriber nor open its circuit again (a threshold of 1 here), nor hold the two
+// deliveries back: both go to the new URL at once.
 func TestLateAnswersFromAReplacedURLEarnNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{PollInterval: time.Hour, CircuitThreshold: 1, CircuitCooldown: time.Hour, CircuitMaxCooldown: time.Hour})
@@ -221,18 +311,20 @@ func TestLateAnswersFromAReplacedURLEarnNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(release)
-	if s := e.onlySubscriberWithPending(2, "the late answers to be settled"); s.CircuitOpen || !s.PausedUntil.IsZero() {
+	if got := arrivals(arrived, 2); len(got) != 2 {
+		t.Fatalf("after late answers from the replaced URL, the new URL got %v within 5s, want e1 and e2", got)
+	}
+	if s := e.onlySubscriber(); s.CircuitOpen || !s.PausedUntil.IsZero() {
 		t.Errorf("after late answers from the replaced URL: circuit open %v, paused until %v; want closed and not paused", s.CircuitOpen, s.PausedUntil)
 	}
-	e.emitSentAtOnce(arrived, "e3", "after the URL change (e1 and e2 back off an hour)")
 }
 
 // TestALateRefusalOfARotatedOutSecretEarnsNothing: a send still out when the operator rotates the
 // subscriber's secret with an overlap of 0, and updates the receiver at once, is refused (401)
 // for its old signature after the rotation. The refusal is about a secret the subscriber no
-// longer has: it does not open the circuit (a threshold of 1 here), so the next event goes out
-// at once with the new secret. The rotation moves updated_at on, as every change does, which is
-// how the settle knows the send is older than it.
+// longer has: it does not open the circuit (a threshold of 1 here) nor back the delivery off, so
+// it goes out again at once with the new secret. The rotation moves updated_at on, as every
+// change does, which is how the settle knows the send is older than it.
 func TestALateRefusalOfARotatedOutSecretEarnsNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{PollInterval: time.Hour, CircuitThreshold: 1, CircuitCooldown: time.Hour, CircuitMaxCooldown: time.Hour})
@@ -271,40 +363,20 @@ func TestALateRefusalOfARotatedOutSecretEarnsNothing(t *testing.T) {
 	}
 	accepted.Store(&rotated.Secrets[0].Secret)
 	close(release)
-	if s := e.onlySubscriberWithPending(1, "the late refusal to be settled"); s.CircuitOpen {
+	if got := arrivals(arrived, 1); len(got) != 1 {
+		t.Fatalf("after a late refusal of the rotated-out secret, e1 did not arrive again within 5s")
+	}
+	if e.onlySubscriber().CircuitOpen {
 		t.Errorf("after a late refusal of the rotated-out secret: circuit open, want closed")
 	}
-	e.emitSentAtOnce(arrived, "e2", "after the rotation (e1 backs off an hour)")
 }
 
-// onlySubscriberWithPending waits for the one subscriber to have n pending deliveries (what: for
-// what it waits) and returns its stats then.
-func (e *env) onlySubscriberWithPending(n int64, what string) store.SubscriberStats {
+// onlySubscriber returns the stats of the one subscriber.
+func (e *env) onlySubscriber() store.SubscriberStats {
 	e.t.Helper()
-	var s store.SubscriberStats
-	waitUntil(e.t, what, func() bool {
-		st, err := e.st.Stats(context.Background(), e.clk.Now())
-		if err != nil || len(st.Subscribers) != 1 {
-			return false
-		}
-		s = st.Subscribers[0]
-		return s.Counts[store.StatusPending] == n
-	})
-	return s
-}
-
-// emitSentAtOnce emits event id and wakes the engine: id must be the first event to arrive
-// (arrived gets the webhook-id of each), within 5 s, with a poll interval of an hour.
-func (e *env) emitSentAtOnce(arrived <-chan string, id, when string) {
-	e.t.Helper()
-	e.emit(id, "t", `{}`)
-	e.eng.Wake()
-	select {
-	case got := <-arrived:
-		if got != id {
-			e.t.Errorf("%s: %q arrived first, want %q", when, got, id)
-		}
-	case <-time.After(5 * time.Second):
-		e.t.Fatalf("%s: the event emitted did not arrive within 5s", when)
+	st, err := e.st.Stats(context.Background(), e.clk.Now())
+	if err != nil || len(st.Subscribers) != 1 {
+		e.t.Fatalf("stats %+v (%v), want one subscriber's", st, err)
 	}
+	return st.Subscribers[0]
 }

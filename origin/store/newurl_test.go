@@ -63,6 +63,28 @@ func readQueue(t *testing.T, s *Store) map[string]queued {
 	return out
 }
 
+// claimedOfAAndB opens a store with subscriber a (at https://old.example.com/hook, events "t")
+// and b (events "other"), emits events e1 to en for a and o1 for b, and claims every delivery:
+// their claims by event id.
+func claimedOfAAndB(t *testing.T, n int) (*Store, *clock, map[string]Claimed) {
+	t.Helper()
+	s, clk := open(t, Options{})
+	mustSub(t, s, SubscriberInput{ID: "a", URL: "https://old.example.com/hook", Events: []string{"t"}})
+	mustSub(t, s, SubscriberInput{ID: "b", Events: []string{"other"}})
+	for i := 1; i <= n; i++ {
+		mustEmit(t, s, fmt.Sprintf("e%d", i), "t", `{}`)
+	}
+	mustEmit(t, s, "o1", "other", `{}`)
+	claimed := map[string]Claimed{}
+	for _, c := range claim(t, s, clk.Now(), n+1).Deliveries {
+		claimed[c.Event.ID] = c
+	}
+	if len(claimed) != n+1 {
+		t.Fatalf("claimed %d deliveries, want %d", len(claimed), n+1)
+	}
+	return s, clk, claimed
+}
+
 // TestANewURLIsNotHeldToTheOldOnesFailures: subscriber a's old endpoint opened its circuit (three
 // failures), paused it with a Retry-After and left two retries backed off by hours. A patch that
 // keeps the URL (a new rate, or the URL it has) leaves all of that; a new URL resets the pause
@@ -72,20 +94,7 @@ func readQueue(t *testing.T, s *Store) map[string]queued {
 func TestANewURLIsNotHeldToTheOldOnesFailures(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, clk := open(t, Options{})
-	mustSub(t, s, SubscriberInput{ID: "a", URL: "https://old.example.com/hook", Events: []string{"t"}})
-	mustSub(t, s, SubscriberInput{ID: "b", Events: []string{"other"}})
-	for i := 1; i <= 6; i++ {
-		mustEmit(t, s, fmt.Sprintf("e%d", i), "t", `{}`)
-	}
-	mustEmit(t, s, "o1", "other", `{}`)
-	claimed := map[string]Claimed{}
-	for _, c := range claim(t, s, clk.Now(), 10).Deliveries {
-		claimed[c.Event.ID] = c
-	}
-	if len(claimed) != 7 {
-		t.Fatalf("claimed %d deliveries, want 7", len(claimed))
-	}
+	s, clk, claimed := claimedOfAAndB(t, 6)
 	now := clk.Now()
 	failed := func(event string, next time.Duration) Settlement {
 		it := done(claimed[event], ResultRetry)
@@ -168,5 +177,86 @@ func TestANewURLIsNotHeldToTheOldOnesFailures(t *testing.T) {
 	slices.Sort(taken)
 	if want := []string{"a/e1", "a/e2", "a/e5", "a/e7"}; !slices.Equal(taken, want) {
 		t.Errorf("after a new URL the claim took %v, want %v: the retries and the first attempts due", taken, want)
+	}
+}
+
+// TestAStaleFailureIsDueAtOnceUncounted: sends made before subscriber a's URL changed fail after
+// it: e1 at its first attempt (leased as part of a range), backed off an hour; e2 at its second
+// (a row leased), dead for its attempts; e3 dead for its age. A failure of the endpoint the
+// operator replaced costs the delivery neither a backoff nor an attempt: e1 and e2 are due now
+// with the attempts they had, the failure logged (numbered 0, uncounted) and their last status;
+// e3 stays dead (age is age). Subscriber b, unchanged, keeps its failure's backoff and count.
+func TestAStaleFailureIsDueAtOnceUncounted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, clk, claimed := claimedOfAAndB(t, 3)
+	now := clk.Now()
+	failed := func(event string, r Result) Settlement {
+		c := claimed[event]
+		it := done(c, r)
+		it.Status, it.Error, it.Seen, it.Circuit = 500, "subscriber answered 500", c.Subscriber.UpdatedAt, CircuitFailure
+		it.Attempt = &Attempt{At: now, Status: 500, Outcome: "http_5xx", Error: it.Error}
+		return it
+	}
+	settle(t, s, now, failed("e2", ResultRetry))
+	again := claim(t, s, now, 10).Deliveries
+	if len(again) != 1 || again[0].Event.ID != "e2" || again[0].Attempts != 1 {
+		t.Fatalf("claimed %+v again, want e2's second attempt", again)
+	}
+	claimed["e2"] = again[0]
+
+	clk.Advance(time.Second)
+	url := "https://new.example.com/hook"
+	if _, err := s.UpdateSubscriber(ctx, "a", SubscriberPatch{URL: &url}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	now = clk.Now()
+	e1, o1 := failed("e1", ResultRetry), failed("o1", ResultRetry)
+	e1.NextAttemptAt, o1.NextAttemptAt = now.Add(time.Hour), now.Add(time.Hour)
+	e2, e3 := failed("e2", ResultDead), failed("e3", ResultDead)
+	e2.Reason, e3.Reason = ReasonMaxAttempts, ReasonMaxAge
+	written, err := s.Settle(ctx, now, CircuitPolicy{Threshold: 1, BaseCooldown: time.Hour, MaxCooldown: time.Hour},
+		[]Settlement{e1, e2, e3, o1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int64{e1.Seq, e2.Seq}; !slices.Equal(written.Outdated, want) {
+		t.Errorf("settled outdated %v, want e1 and e2 %v", written.Outdated, want)
+	}
+	got := readQueue(t, s)
+	for k, want := range map[string]struct {
+		status   string
+		attempts int
+		next     int64
+	}{
+		"a/e1": {"pending", 0, ms(now)},
+		"a/e2": {"pending", 1, ms(now)},
+		"a/e3": {"dead", 1, got["a/e3"].NextAttemptAt},
+		"b/o1": {"pending", 1, ms(now.Add(time.Hour))},
+	} {
+		if q := got[k]; q.Status != want.status || q.Attempts != want.attempts || q.NextAttemptAt != want.next {
+			t.Errorf("%s: %s, %d attempts, due at %d; want %s, %d, due at %d (now %d)",
+				k, q.Status, q.Attempts, q.NextAttemptAt, want.status, want.attempts, want.next, ms(now))
+		}
+	}
+	for event, numbers := range map[string][]int{"e1": {0}, "e2": {1, 0}} {
+		d, err := s.GetDelivery(ctx, claimed[event].DeliveryID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logged []int
+		for _, a := range d.AttemptLog {
+			if a.Status != 500 {
+				t.Errorf("%s: attempt %+v, want status 500", event, a)
+			}
+			logged = append(logged, a.Number)
+		}
+		if !slices.Equal(logged, numbers) || d.LastStatus != 500 {
+			t.Errorf("%s: attempts logged numbered %v, last status %d; want %v (the stale one uncounted), 500", event, logged, d.LastStatus, numbers)
+		}
+	}
+	if l := readLimiter(t, s, "a"); l.Circuit != "closed" || l.Failures != 0 {
+		t.Errorf("a's limiter %+v, want the circuit closed without failures: the failures are the old URL's", l)
 	}
 }

@@ -74,8 +74,8 @@ type Settlement struct {
 	// Seen is the subscriber's UpdatedAt as the send saw it (zero: not known, taken as current).
 	// A send made before the subscriber's last change (a new URL, a resume) says nothing of it
 	// as it is now: its Disable, PauseUntil and Circuit are not applied, so that a late 410,
-	// Retry-After or timeout from a URL the operator has replaced does not undo the fix (the
-	// delivery itself is settled as asked; a 410 is then an ordinary failure).
+	// Retry-After or timeout from a URL the operator has replaced does not undo the fix; and if
+	// it failed, it costs the delivery neither a backoff nor an attempt (Settled.Outdated).
 	Seen    time.Time
 	Circuit CircuitEffect
 }
@@ -91,6 +91,11 @@ type Settled struct {
 	// Held: settled unsent (ResultRetry, ResultReschedule) but written held, not due again, since
 	// their subscriber is disabled, by this settle's 410 or before.
 	Held []int64
+	// Outdated: failures of a send made before the subscriber's last change (Settlement.Seen),
+	// written due at once with the attempt logged but not counted (numbered 0), whatever their
+	// Result asked: a retry after a backoff or a Retry-After, or dead at the last attempt (one
+	// dead of its max age stays dead). Held instead if the subscriber is disabled (also in Held).
+	Outdated []int64
 	// Disabled: the subscribers this settle disabled (a 410 from the subscriber as it still is).
 	Disabled []string
 	// Circuits: the subscribers whose circuit breaker the settle opened or closed.
@@ -190,6 +195,10 @@ func newSettleRows(items []Settlement) ([]settleRow, error) {
 // moves out of leased to moves, for the caller to write.
 func (s *Store) settleTx(ctx context.Context, tx *sql.Tx, now time.Time, policy CircuitPolicy, items []Settlement, rows []settleRow, moves countDeltas) (Settled, error) {
 	var out Settled
+	items, rows, outdated, err := s.renewOutdated(ctx, tx, now, items, rows)
+	if err != nil {
+		return Settled{}, fmt.Errorf("settle: %w", err)
+	}
 	settled := countDeltas{}
 	attempts := map[int64]int{}
 	inlined := map[int64]bool{}
@@ -208,6 +217,11 @@ func (s *Store) settleTx(ctx context.Context, tx *sql.Tx, now time.Time, policy 
 	}
 	if err := s.logAttempts(ctx, tx, items, attempts, inlined); err != nil {
 		return Settled{}, fmt.Errorf("settle: attempts: %w", err)
+	}
+	for _, seq := range outdated { // those written back to the queue
+		if _, ok := attempts[seq]; ok && !slices.Contains(out.Superseded, seq) {
+			out.Outdated = append(out.Outdated, seq)
+		}
 	}
 	var order []string
 	bySub := map[string][]*Settlement{}
@@ -235,6 +249,72 @@ func (s *Store) settleTx(ctx context.Context, tx *sql.Tx, now time.Time, policy 
 	}
 	return out, nil
 }
+
+// renewOutdated returns items and rows with the failures of sends made before their subscriber's
+// last change (Settlement.stale) settled due now without counting an attempt (ResultReschedule),
+// and their seqs. An endpoint the operator replaced, or a secret rotated out, says nothing of the
+// subscriber now, so its failure must not back the delivery off nor spend one of its attempts
+// (the send happened: it is logged, numbered 0, its status the delivery's last). A delivery dead
+// of its max age stays dead. The caller's slices are left as they are.
+func (s *Store) renewOutdated(ctx context.Context, tx *sql.Tx, now time.Time, items []Settlement, rows []settleRow) ([]Settlement, []settleRow, []int64, error) {
+	var subs []any
+	for i := range items {
+		if it := &items[i]; it.countedFailure() && !it.Seen.IsZero() && !slices.Contains(subs, any(it.SubscriberID)) {
+			subs = append(subs, it.SubscriberID)
+		}
+	}
+	if len(subs) == 0 { // the common case: successes, or failures of a send to the subscriber as it is
+		return items, rows, nil, nil
+	}
+	updated := make(map[string]int64, len(subs))
+	err := padded(len(subs), func(k, lo, hi int) error {
+		res, err := s.query(ctx, tx, updatedAtSQL[k], padNulls(slices.Clone(subs[lo:hi]), k, hi-lo, 1)...)
+		if err != nil {
+			return err
+		}
+		defer res.Close()
+		for res.Next() {
+			var id string
+			var at int64
+			if err := res.Scan(&id, &at); err != nil {
+				return err
+			}
+			updated[id] = at
+		}
+		return res.Err()
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var outdated []int64
+	for i := range items {
+		at, ok := updated[items[i].SubscriberID]
+		if !ok || !items[i].countedFailure() || !items[i].stale(at) {
+			continue
+		}
+		if outdated == nil {
+			items, rows = slices.Clone(items), slices.Clone(rows)
+		}
+		it := &items[i]
+		it.Result, it.NextAttemptAt, it.Reason = ResultReschedule, now, ""
+		if rows[i], err = newSettleRow(it); err != nil {
+			return nil, nil, nil, err
+		}
+		outdated = append(outdated, it.Seq)
+	}
+	return items, rows, outdated, nil
+}
+
+// countedFailure tells whether the settlement counts a failed attempt that renewOutdated may take
+// back: a retry, or dead for its attempts.
+func (it *Settlement) countedFailure() bool {
+	return it.Result == ResultRetry || it.Result == ResultDead && it.Reason == ReasonMaxAttempts
+}
+
+// updatedAtSQL reads the updated_at of the subscribers bound (padded with NULLs).
+var updatedAtSQL = chunkSQL(1, func(values string) string {
+	return `SELECT id, updated_at FROM subscribers WHERE id IN (` + values + `)`
+})
 
 // settleRow is one settlement as the batch UPDATE reads it (settleSQL's j, in this order).
 type settleRow struct {

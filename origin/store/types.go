@@ -199,7 +199,7 @@ type Delivery struct {
 // Attempt is one send of a delivery and what came back.
 type Attempt struct {
 	At        time.Time
-	Number    int    // attempt number; 0 for a send that did not count (edge coalesced)
+	Number    int    // attempt number; 0 for a send that did not count (edge coalesced, a stale failure: Settled.Outdated)
 	Status    int    // HTTP status, 0 when no response
 	LatencyMS int64  //
 	Outcome   string // edge outcome, or the failure class

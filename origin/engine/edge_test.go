@@ -73,6 +73,7 @@ func TestEdgeMode(t *testing.T) {
 		status     store.Status
 		attempts   int
 		retryIn    time.Duration // exact, when not zero
+		pause      time.Duration // the subscriber's Retry-After pause, exact, when not zero; no retry before its end
 		subState   store.State
 		rejections float64
 		onlyOne    bool // MaxAttempts 1
@@ -81,10 +82,10 @@ func TestEdgeMode(t *testing.T) {
 		{name: "duplicate", answer: outcome(wire.OutcomeDuplicate, 200), status: store.StatusDelivered, attempts: 1},
 		{name: "coalesced", answer: outcome(wire.OutcomeCoalesced, 429, "Retry-After", "7"), status: store.StatusPending, attempts: 0, retryIn: 7 * time.Second},
 		{name: "forwarded 410", answer: outcome(wire.OutcomeForwarded, 410), status: store.StatusHeld, attempts: 1, subState: store.StateDisabled},
-		{name: "forwarded 429", answer: outcome(wire.OutcomeForwarded, 429, "Retry-After", "30"), status: store.StatusPending, attempts: 1, retryIn: 30 * time.Second},
+		{name: "forwarded 429", answer: outcome(wire.OutcomeForwarded, 429, "Retry-After", "30"), status: store.StatusPending, attempts: 1, pause: 30 * time.Second},
 		// The Worker's fetch joins a subscriber's repeated Retry-After lines into one value, as
 		// its Headers object does every repeated field; sent directly, the first line is read.
-		{name: "forwarded 429, Retry-After lines joined", answer: outcome(wire.OutcomeForwarded, 429, "Retry-After", "30, 30"), status: store.StatusPending, attempts: 1, retryIn: 30 * time.Second},
+		{name: "forwarded 429, Retry-After lines joined", answer: outcome(wire.OutcomeForwarded, 429, "Retry-After", "30, 30"), status: store.StatusPending, attempts: 1, pause: 30 * time.Second},
 		{name: "upstream timeout", answer: outcome(wire.OutcomeUpstreamTimeout, 504), status: store.StatusPending, attempts: 1},
 		// The edge's faults, not the subscriber's: rescheduled without counting an attempt.
 		{name: "no outcome header", answer: func(w http.ResponseWriter, _ *signature.Hop) { w.WriteHeader(502) }, status: store.StatusPending, attempts: 0},
@@ -132,6 +133,11 @@ func TestEdgeMode(t *testing.T) {
 			}
 			if tc.retryIn != 0 && d.NextAttemptAt.Sub(e.clk.Now()) != tc.retryIn {
 				t.Fatalf("next attempt in %s, want %s", d.NextAttemptAt.Sub(e.clk.Now()), tc.retryIn)
+			}
+			if tc.pause != 0 {
+				if p, wait := e.pausedFor(), d.NextAttemptAt.Sub(e.clk.Now()); p != tc.pause || wait < tc.pause {
+					t.Fatalf("subscriber paused for %s, next attempt in %s; want paused for %s, no attempt before", p, wait, tc.pause)
+				}
 			}
 			if tc.subState != "" {
 				got, _ := e.st.GetSubscriber(context.Background(), "s1")

@@ -145,6 +145,19 @@ func (e *env) only() *store.Delivery {
 	return d
 }
 
+// pausedFor is how much longer the database's single subscriber is paused by a Retry-After.
+func (e *env) pausedFor() time.Duration {
+	e.t.Helper()
+	st, err := e.st.Stats(context.Background(), e.clk.Now())
+	if err != nil || len(st.Subscribers) != 1 {
+		e.t.Fatalf("want one subscriber's stats, got %d (%v)", len(st.Subscribers), err)
+	}
+	if p := st.Subscribers[0].PausedUntil; !p.IsZero() {
+		return p.Sub(e.clk.Now())
+	}
+	return 0
+}
+
 // sink is a subscriber endpoint on loopback that records what it receives.
 type sink struct {
 	*httptest.Server

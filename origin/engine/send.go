@@ -379,12 +379,15 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 		// attempt was spent at once on a subscriber that asked to be left alone. It backs off as
 		// for any failure.
 		if d, err := wire.ParseRetryAfter(r.retryAfter, now); err == nil && d > 0 {
-			at := now.Add(min(d, e.cfg.RetryAfterCap))
+			d = min(d, e.cfg.RetryAfterCap)
 			msg := fmt.Sprintf("%d with Retry-After %q", s, r.retryAfter)
 			attempt.Outcome, attempt.Error, set.Error = classThrottled, msg, msg
-			set.PauseUntil = at
+			set.PauseUntil = now.Add(d)
 			e.m.failed.WithLabelValues(sub.ID, classThrottled).Inc()
-			return e.retry(c, set, at, now)
+			// The subscriber is paused for its Retry-After; the delivery waits for the backoff
+			// this attempt earns, as any failure's, too: retried at each "Retry-After: 1", it
+			// spent every attempt in seconds on a subscriber that only asked it to slow down.
+			return e.retry(c, set, now.Add(max(d, e.backoff(c.Attempts))), now)
 		}
 	}
 	class := classHTTP5xx
@@ -400,7 +403,7 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 // retry schedules another attempt at `at`, unless the delivery has used its attempts or its age
 // (beforeMaxAge: a Retry-After, which pauses the subscriber, is a wait it asked for).
 func (e *Engine) retry(c store.Claimed, set store.Settlement, at, now time.Time) store.Settlement {
-	next, ok := e.beforeMaxAge(c, at, now, !set.PauseUntil.IsZero())
+	next, ok := e.beforeMaxAge(c, at, now, set.PauseUntil)
 	switch {
 	case !ok:
 		set.Result, set.Reason = store.ResultDead, store.ReasonMaxAge
@@ -417,16 +420,17 @@ func (e *Engine) retry(c store.Claimed, set store.Settlement, at, now time.Time)
 // window, capped), else after a first backoff, and by the max age (beforeMaxAge). A delivery the
 // edge holds past its max age dies unsent now: sent at the max age, it would be held again.
 func (e *Engine) coalesced(c store.Claimed, set store.Settlement, retryAfter string, now time.Time) store.Settlement {
-	at, asked := now.Add(e.backoff(0)), false
+	at, asked := now.Add(e.backoff(0)), time.Time{}
 	if d, err := wire.ParseRetryAfter(retryAfter, now); err == nil {
-		at, asked = now.Add(min(d, e.cfg.RetryAfterCap)), true
+		at = now.Add(min(d, e.cfg.RetryAfterCap))
+		asked = at
 	}
 	return e.reschedule(c, set, at, now, asked, "the edge coalesced it until past its max age: not sent")
 }
 
 // reschedule puts c back without counting an attempt, its subscriber not tried, due at `at` by
 // the max age (beforeMaxAge). Past that it is dead unsent, with why as its last error.
-func (e *Engine) reschedule(c store.Claimed, set store.Settlement, at, now time.Time, asked bool, why string) store.Settlement {
+func (e *Engine) reschedule(c store.Claimed, set store.Settlement, at, now, asked time.Time, why string) store.Settlement {
 	next, ok := e.beforeMaxAge(c, at, now, asked)
 	if !ok {
 		set.Result, set.Reason, set.Error = store.ResultDeadUnsent, store.ReasonMaxAge, why
@@ -438,11 +442,11 @@ func (e *Engine) reschedule(c store.Claimed, set store.Settlement, at, now time.
 
 // beforeMaxAge is when c's next attempt, wanted at `at`, comes: no attempt comes after the max
 // age, so a later one is brought forward to the last call, the delivery's last. There is none
-// (false: the delivery is dead) once the last call has come, or if `at` ends a wait the other side
-// asked for (asked: its Retry-After) past it.
-func (e *Engine) beforeMaxAge(c store.Claimed, at, now time.Time, asked bool) (time.Time, bool) {
+// (false: the delivery is dead) once the last call has come, or if a wait the other side asked
+// for (asked, the end of its Retry-After; zero: none) ends past it.
+func (e *Engine) beforeMaxAge(c store.Claimed, at, now, asked time.Time) (time.Time, bool) {
 	last := e.deadline(c).Add(-e.lastCallLead())
-	if !now.Before(last) || asked && at.After(last) {
+	if !now.Before(last) || asked.After(last) {
 		return time.Time{}, false
 	}
 	return minTime(at, last), true
@@ -471,7 +475,7 @@ func minTime(a, b time.Time) time.Time {
 // tried ever more rarely. It is dead only by age, and then too without an attempt counted.
 func (e *Engine) holdForOperator(c store.Claimed, set store.Settlement, now time.Time) store.Settlement {
 	at := now.Add(rand.N(min(e.cfg.BackoffCap, max(e.cfg.BackoffBase, now.Sub(c.AgeFrom))) + 1))
-	return e.reschedule(c, set, at, now, false, set.Error)
+	return e.reschedule(c, set, at, now, time.Time{}, set.Error)
 }
 
 // backoff is full jitter: random(0, backoffCeiling(attempts)).

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/edgehook/edgehook/origin/api"
 )
 
 // The tests here run docs/deploy.md's snippets as an operator would paste them, so that the
@@ -152,4 +154,58 @@ func TestDeployBackupCommand(t *testing.T) {
 	if out := c.ok("stats"); !strings.Contains(out, "depth:") {
 		t.Fatalf("stats of the restored file printed %q", out)
 	}
+}
+
+// TestDeployCronLine runs the cron line and the config file of docs/deploy.md's shared hosting
+// section as cron would (sh -c, HOME set), with the account's home in a temporary directory and
+// a shorter --for: an event emitted with the same config is delivered, and the run exits 0.
+func TestDeployCronLine(t *testing.T) {
+	t.Parallel()
+	line := deploySnippet(t, "(?s)```cron\n\\s*([^\n]+)\n")
+	fields := strings.Fields(line)
+	if len(fields) < 6 || strings.Join(fields[:5], " ") != "* * * * *" {
+		t.Fatalf("cron line %q does not run every minute", line)
+	}
+	command := strings.Join(fields[5:], " ")
+	if !strings.Contains(command, " drain --for 55s") {
+		t.Fatalf("cron line %q: no drain --for 55s", line)
+	}
+	command = strings.Replace(command, " drain --for 55s", " drain --for 5s --until-idle", 1)
+	config := deploySnippet(t, "(?s)```json\n(\\s*\\{\\s*\"db\": \"/home/me/[^`]*\\})\n\\s*```")
+
+	home := t.TempDir()
+	if err := os.Mkdir(filepath.Join(home, "edgehook"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(bin, filepath.Join(home, "edgehook", "edgehook")); err != nil {
+		t.Fatal(err)
+	}
+	config = strings.ReplaceAll(config, "/home/me", home)
+	if err := os.WriteFile(filepath.Join(home, "edgehook", "edgehook.json"), []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	recv := newReceiver(t)
+	c := &cli{t: t, dir: home, env: []string{"EDGEHOOK_CONFIG=" + filepath.Join(home, "edgehook", "edgehook.json")}}
+	var sub api.SubscriberWithSecret
+	c.okJSON(&sub, "subscribers", "add", "--id", "s", "--url", recv.URL+"/hook", "--events", "*")
+	recv.setSecret(t, sub.Secret)
+	c.ok("emit", "--type", "t.x", "--data", `{"n":1}`)
+
+	// The receiver is on loopback: allowed through the environment, the line itself unchanged.
+	shell(t, home, []string{"HOME=" + home, "EDGEHOOK_ALLOW_NETWORK=127.0.0.0/8"}, command)
+	if bodies, bad := recv.got(); len(bodies) != 1 || bad != 0 {
+		t.Fatalf("the cron line delivered %d events (%d badly signed), want 1; drain.log:\n%s", len(bodies), bad, readFile(t, filepath.Join(home, "edgehook", "drain.log")))
+	}
+	if fi, err := os.Stat(filepath.Join(home, "edgehook", "edgehook.db")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the config's database: %v %v, want it created with mode 0600", fi, err)
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -208,4 +210,129 @@ func readFile(t *testing.T, path string) string {
 		return err.Error()
 	}
 	return string(b)
+}
+
+// phpSnippets returns the PHP blocks of docs/deploy.md, unindented, each without its example
+// calls (lines that start with a call of a function the block defines).
+func phpSnippets(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for _, m := range regexp.MustCompile("(?s)\n( *)```php\n(.*?)\n *```").FindAllStringSubmatch(deployDocText(t), -1) {
+		var lines []string
+		for _, l := range strings.Split(m[2], "\n") {
+			l = strings.TrimPrefix(l, m[1])
+			if !strings.HasPrefix(l, "edgehook_emit") {
+				lines = append(lines, l)
+			}
+		}
+		out = append(out, strings.Join(lines, "\n"))
+	}
+	if len(out) != 2 {
+		t.Fatalf("docs/deploy.md has %d PHP blocks, want the two emit helpers", len(out))
+	}
+	return out
+}
+
+// runPHP runs a PHP script made of lib and then code, with env, and returns its output.
+func runPHP(t *testing.T, env []string, lib, code string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "t.php")
+	if err := os.WriteFile(path, []byte(lib+"\n"+code+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), runLimit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "php", path)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("php: %v\n%s", err, out)
+	}
+	return string(out)
+}
+
+// needPHP skips the test where php with its curl extension is not installed.
+func needPHP(t *testing.T) {
+	t.Helper()
+	out, err := exec.Command("php", "-m").Output()
+	if err != nil || !regexp.MustCompile(`(?m)^curl$`).Match(out) {
+		t.Skip("no php with the curl extension on this machine")
+	}
+}
+
+// TestDeployPHPEmitRetriesAProxysGatewayErrors: deploy.md puts a TLS reverse proxy in front of
+// serve and has PHP post through it. While serve restarts (an upgrade) or answers late, the proxy
+// says 502 or 504, after which the event may or may not be stored: the helper retries with the
+// same id, as after a timeout of its own, instead of throwing at the first 502.
+func TestDeployPHPEmitRetriesAProxysGatewayErrors(t *testing.T) {
+	t.Parallel()
+	needPHP(t)
+	lib := phpSnippets(t)[0]
+	var mu sync.Mutex
+	var bodies []string
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, string(b))
+		n := len(bodies)
+		mu.Unlock()
+		switch n {
+		case 1:
+			http.Error(w, "<html>502 Bad Gateway</html>", http.StatusBadGateway)
+		case 2:
+			http.Error(w, "<html>504 Gateway Time-out</html>", http.StatusGatewayTimeout)
+		default:
+			w.WriteHeader(http.StatusAccepted)
+			fmt.Fprint(w, `{"id":"evt_php","deliveries":1}`)
+		}
+	}))
+	t.Cleanup(proxy.Close)
+	lib = strings.Replace(lib, "https://hooks.example.com", proxy.URL, 1)
+	out := runPHP(t, []string{"EDGEHOOK_TOKEN=tok"}, lib,
+		`try { echo edgehook_emit('t.x', ['n' => 1], 'evt_php'); } catch (RuntimeException $e) { echo 'threw: ', $e->getMessage(); }`)
+	mu.Lock()
+	defer mu.Unlock()
+	if out != "evt_php" || len(bodies) != 3 || bodies[0] != bodies[2] {
+		t.Fatalf("after a 502 and a 504 from the proxy the helper printed %q after %d requests (%q), want the id after a third with the same body",
+			out, len(bodies), bodies)
+	}
+}
+
+// TestDeployPHPEmitHelpers runs both PHP helpers of deploy.md against the real binary: through
+// serve's API, twice with one id (the event is stored once), and with `edgehook emit` on the file.
+func TestDeployPHPEmitHelpers(t *testing.T) {
+	t.Parallel()
+	needPHP(t)
+	helpers := phpSnippets(t)
+	c := newCLI(t)
+	c.ok("subscribers", "add", "--id", "s", "--url", "https://example.com/hooks", "--events", "video.*")
+	srv := startServe(t, c, "--token", "tok")
+	api := strings.Replace(helpers[0], "https://hooks.example.com", srv.base, 1)
+	out := runPHP(t, []string{"EDGEHOOK_TOKEN=tok"}, api,
+		`echo edgehook_emit('video.trending', ['video_id' => 'v42'], 'evt_php'), ' ', edgehook_emit('video.trending', ['video_id' => 'v42'], 'evt_php');`)
+	if out != "evt_php evt_php" {
+		t.Fatalf("two emits with one id printed %q", out)
+	}
+
+	config := filepath.Join(c.dir, "edgehook.json")
+	if err := os.WriteFile(config, []byte(`{"db": "`+filepath.Join(c.dir, "edgehook.db")+`"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	local := strings.NewReplacer("/home/me/edgehook/edgehook.json", config, "/home/me/edgehook/edgehook", bin).Replace(helpers[1])
+	out = runPHP(t, nil, local, `echo json_encode(edgehook_emit_local('video.trending', ['video_id' => 'v43']));`)
+	if !regexp.MustCompile(`^\{"id":"evt_[0-9a-f]+","deliveries":1\}$`).MatchString(out) {
+		t.Fatalf("edgehook_emit_local returned %s", out)
+	}
+	if _, err := srv.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	var page struct {
+		Deliveries []struct {
+			EventID string `json:"event_id"`
+		} `json:"deliveries"`
+	}
+	c.okJSON(&page, "deliveries", "list", "--json")
+	if len(page.Deliveries) != 2 || page.Deliveries[0].EventID == page.Deliveries[1].EventID {
+		t.Fatalf("deliveries queued: %+v, want one for evt_php and one for the local emit", page.Deliveries)
+	}
 }

@@ -843,13 +843,13 @@ func TestDeletedSubscribersSeriesGoAway(t *testing.T) {
 // after more attempts, for bases whose shift overflows (2^26+1 ns wrapped to 4.6 minutes after 38).
 func TestBackoffCeilingDoublesUpToTheCap(t *testing.T) {
 	for _, base := range []time.Duration{time.Second, 1<<26 + 1, 3*time.Second + 7} {
-		e := &Engine{cfg: Config{BackoffBase: base, BackoffCap: 24 * time.Hour}}
+		c := Config{BackoffBase: base, BackoffCap: 24 * time.Hour}
 		want := base
 		for attempts := range 100 {
-			if got := e.backoffCeiling(attempts); got != min(want, e.cfg.BackoffCap) {
-				t.Fatalf("base %s: ceiling after %d attempts %s, want %s", base, attempts, got, min(want, e.cfg.BackoffCap))
+			if got := c.BackoffCeiling(attempts); got != min(want, c.BackoffCap) {
+				t.Fatalf("base %s: ceiling after %d attempts %s, want %s", base, attempts, got, min(want, c.BackoffCap))
 			}
-			want = min(2*want, e.cfg.BackoffCap)
+			want = min(2*want, c.BackoffCap)
 		}
 	}
 }

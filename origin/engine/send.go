@@ -478,16 +478,9 @@ func (e *Engine) holdForOperator(c store.Claimed, set store.Settlement, now time
 	return e.reschedule(c, set, at, now, time.Time{}, set.Error)
 }
 
-// backoff is full jitter: random(0, backoffCeiling(attempts)).
-func (e *Engine) backoff(attempts int) time.Duration { return rand.N(e.backoffCeiling(attempts) + 1) }
-
-// backoffCeiling is min(cap, base·2^attempts), compared before shifting: a shift that overflows
-// can wrap to a small positive duration (base 2^26+1 ns after 38 attempts read 4.6 minutes).
-func (e *Engine) backoffCeiling(attempts int) time.Duration {
-	if attempts < 63 && e.cfg.BackoffBase <= e.cfg.BackoffCap>>attempts {
-		return e.cfg.BackoffBase << attempts
-	}
-	return e.cfg.BackoffCap
+// backoff is full jitter: random(0, BackoffCeiling(attempts)).
+func (e *Engine) backoff(attempts int) time.Duration {
+	return rand.N(e.cfg.BackoffCeiling(attempts) + 1)
 }
 
 // lookupOutOfFiles tells whether err is a DNS lookup that could not open its socket: Go's resolver

@@ -581,6 +581,11 @@ func (r *run) settled(batch []store.Settlement, written store.Settled) {
 		}
 	}
 	r.logCircuits(written.Circuits)
+	// A circuit closed again made its subscriber's retries due now (store.Settled.Circuits):
+	// claimed now, not at the poll.
+	if slices.ContainsFunc(written.Circuits, func(c store.CircuitChange) bool { return !c.Opened }) {
+		signal(r.e.wake)
+	}
 	var held map[int64]bool // none in the common case: no allocation per settle
 	for _, seq := range written.Held {
 		if held == nil {

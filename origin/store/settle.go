@@ -98,7 +98,8 @@ type Settled struct {
 	Outdated []int64
 	// Disabled: the subscribers this settle disabled (a 410 from the subscriber as it still is).
 	Disabled []string
-	// Circuits: the subscribers whose circuit breaker the settle opened or closed.
+	// Circuits: the subscribers whose circuit breaker the settle opened or closed. The pending
+	// retries of those it closed were made due now (dueRetriesNowSQL).
 	Circuits []CircuitChange
 }
 
@@ -684,10 +685,11 @@ type limiterState struct {
 // settleSubscribers applies the effects of the settlements on their subscribers, in order: a
 // disable (a 410 from the subscriber as it still is: out.Disabled), the latest Retry-After pause,
 // and the circuit breaker folded over every success and failure (and a probe settled without news:
-// see apply), adding the circuits it opened or closed to out.Circuits. The limiter rows are read
-// with one statement and only the changed ones written with another: in the common case
-// (successes on a closed circuit) nothing is written. It returns the subscribers disabled after
-// the settle, whose deliveries going back to the queue were written held.
+// see apply), adding the circuits it opened or closed to out.Circuits and making the pending
+// retries of those it closed due now. The limiter rows are read with one statement and only the
+// changed ones written with another: in the common case (successes on a closed circuit) nothing
+// is written. It returns the subscribers disabled after the settle, whose deliveries going back
+// to the queue were written held.
 func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []string, bySub map[string][]*Settlement, now time.Time, policy CircuitPolicy, out *Settled) (map[string]bool, error) {
 	for _, id := range order {
 		for _, it := range bySub[id] {
@@ -748,12 +750,25 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 		return disabled, err
 	}
 	data, _ := json.Marshal(changed)
-	_, err = s.exec(ctx, tx, `UPDATE limiter SET consecutive_failures = j.failures, circuit = j.circuit, circuit_until = j.until,
+	if _, err := s.exec(ctx, tx, `UPDATE limiter SET consecutive_failures = j.failures, circuit = j.circuit, circuit_until = j.until,
 			circuit_opens = j.opens, paused_until = j.paused
 		FROM (SELECT value->>'id' AS id, value->>'failures' AS failures, value->>'circuit' AS circuit, value->>'until' AS until,
 			value->>'opens' AS opens, value->>'paused' AS paused FROM jsonb_each(?)) AS j
-		WHERE limiter.subscriber_id = j.id`, string(data))
-	return disabled, err
+		WHERE limiter.subscriber_id = j.id`, string(data)); err != nil {
+		return disabled, err
+	}
+	// A circuit closed by a success: the subscriber is back from an outage, so the retries that
+	// backed off meanwhile (hours, at the default cap) are due now, paced by its bucket and its
+	// in-flight cap. Only then: on a circuit that stayed closed, a delivery failing alone (a
+	// poison payload) keeps its backoff.
+	for _, c := range out.Circuits {
+		if !c.Opened {
+			if _, err := s.exec(ctx, tx, dueRetriesNowSQL, ms(now), c.SubscriberID); err != nil {
+				return disabled, err
+			}
+		}
+	}
+	return disabled, nil
 }
 
 // stale tells whether the send was made to the subscriber as it was before its last change

@@ -656,13 +656,14 @@ func resetPauseAndCircuit(ctx context.Context, tx *sql.Tx, id string) error {
 }
 
 // dueRetriesNowSQL makes the pending retries of subscriber ?2 due at ?1 at the latest:
-// next_attempt_at = min(next_attempt_at, ?1), for a new URL (UpdateSubscriber). Only rows of
-// status 'pending' with attempts > 0 are retries waiting: a leased row is 'leased', and a fanout
-// delivery without a row (fanout.go) is a first attempt, due from its emit on. First attempts are
-// due in event order already and are left so; held, dead and delivered rows are not waiting to be
-// sent. The rows are found through deliveries_due_retry, whose condition is repeated literally,
-// from the first not yet due: the retries made due together tie on next_attempt_at, and the
-// index then orders them by seq, that is by event.
+// next_attempt_at = min(next_attempt_at, ?1), for a new URL (UpdateSubscriber) and a circuit
+// closed again by a success (settleSubscribers). Only rows of status 'pending' with attempts > 0
+// are retries waiting: a leased row is 'leased', and a fanout delivery without a row (fanout.go)
+// is a first attempt, due from its emit on. First attempts are due in event order already and are
+// left so; held, dead and delivered rows are not waiting to be sent. The rows are found through
+// deliveries_due_retry, whose condition is repeated literally, from the first not yet due: the
+// retries made due together tie on next_attempt_at, and the index then orders them by seq, that
+// is by event.
 const dueRetriesNowSQL = `UPDATE deliveries SET next_attempt_at = ?1, updated_at = ?1 WHERE seq IN (SELECT seq FROM deliveries
 	INDEXED BY deliveries_due_retry WHERE subscriber_id = ?2 AND status = 'pending' AND attempts > 0 AND next_attempt_at > ?1)`
 

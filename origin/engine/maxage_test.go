@@ -269,3 +269,18 @@ func TestTheLastAttemptBeforeTheMaxAgeIsSent(t *testing.T) {
 		t.Errorf("after its last attempt, answered 200: %s (%q), %d attempts, want delivered at attempt 2", d.Status, d.Reason, d.Attempts)
 	}
 }
+
+// TestAnOperatorHoldIsAtMostAnHour: a delivery held up by the edge's fault waits full jitter over
+// as long as it has waited, but at most an hour (operatorHoldCap), even under the default backoff
+// cap of 6 h: nothing else brings it forward once the edge is fixed.
+func TestAnOperatorHoldIsAtMostAnHour(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{BackoffCap: DefaultBackoffCap, MaxAge: DefaultMaxAge})
+	now := e.clk.Now()
+	c := store.Claimed{AgeFrom: now.Add(-5 * time.Hour)}
+	for range 50 { // held up to 5 h before the bound: each draw past the hour had 80 % odds
+		if set := e.eng.holdForOperator(c, store.Settlement{}, now); set.NextAttemptAt.Sub(now) > operatorHoldCap {
+			t.Fatalf("an edge fault after 5 h of waiting is held for %s, want at most %s", set.NextAttemptAt.Sub(now), operatorHoldCap)
+		}
+	}
+}

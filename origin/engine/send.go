@@ -468,13 +468,19 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
+// operatorHoldCap bounds the wait of a delivery held up by the operator's fault (holdForOperator)
+// below the backoff cap of subscriber failures (hours): once the edge is fixed, what it held up
+// flows again within this, as nothing else brings it forward.
+const operatorHoldCap = time.Hour
+
 // holdForOperator reschedules a delivery that failed for the operator's reason (operatorFault)
 // without counting the attempt: its subscriber was not tried, and must still have all its attempts
 // once the edge is fixed. Without a count to back off by, the wait is full jitter over as long as
-// the delivery has waited so far (at least the backoff base, at most its cap), so a long outage is
-// tried ever more rarely. It is dead only by age, and then too without an attempt counted.
+// the delivery has waited so far (at least the backoff base, at most operatorHoldCap and the
+// backoff cap), so a long outage is tried ever more rarely. It is dead only by age, and then too
+// without an attempt counted.
 func (e *Engine) holdForOperator(c store.Claimed, set store.Settlement, now time.Time) store.Settlement {
-	at := now.Add(rand.N(min(e.cfg.BackoffCap, max(e.cfg.BackoffBase, now.Sub(c.AgeFrom))) + 1))
+	at := now.Add(rand.N(min(e.cfg.BackoffCap, operatorHoldCap, max(e.cfg.BackoffBase, now.Sub(c.AgeFrom))) + 1))
 	return e.reschedule(c, set, at, now, time.Time{}, set.Error)
 }
 

@@ -123,8 +123,9 @@ type Upstream struct {
 	StallBody bool `json:"stall_body"`
 	// HeaderBytes, when positive, adds a header X-Pad of that many 'p' bytes.
 	HeaderBytes int `json:"header_bytes"`
-	// Gzip sends the body gzip-compressed, with Content-Encoding: gzip.
-	Gzip bool `json:"gzip"`
+	// ContentEncoding, when set ("gzip", "br" or "deflate", the zlib format of RFC 9110), sends
+	// the body compressed so, with that Content-Encoding.
+	ContentEncoding string `json:"content_encoding"`
 }
 
 // Expect is what the edge must do.
@@ -138,6 +139,9 @@ type Expect struct {
 	// Body, when set, must equal the response body; BodyLength, when set, its length.
 	Body       *string `json:"body"`
 	BodyLength *int    `json:"body_length"`
+	// BodyAsAnswered requires the response body to be the subscriber's answer byte for byte, as it
+	// was sent (still encoded): a Content-Encoding the edge does not decode.
+	BodyAsAnswered bool `json:"body_as_answered"`
 	// UpstreamLatency requires Edgehook-Upstream-Latency-Ms to be a non-negative integer.
 	UpstreamLatency bool `json:"upstream_latency"`
 	// Forwarded says whether the subscriber received the request (exactly once) in this step.
@@ -230,6 +234,9 @@ func (s *Suite) check() error {
 			}
 			if st.Expect.Status == 0 || st.Expect.Outcome == "" {
 				return fmt.Errorf("scenario %s step %d: expect.status and expect.outcome are required", sc.Name, j+1)
+			}
+			if ce := st.Upstream.ContentEncoding; ce != "" && encoders[ce] == nil {
+				return fmt.Errorf("scenario %s step %d: upstream.content_encoding %q is none of gzip, br, deflate", sc.Name, j+1, ce)
 			}
 		}
 	}

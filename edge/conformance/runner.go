@@ -3,6 +3,7 @@ package conformance
 import (
 	"bytes"
 	"compress/gzip"
+	"compress/zlib"
 	"context"
 	"fmt"
 	"io"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/andybalholm/brotli"
 
 	"github.com/edgehook/edgehook/edge/relay"
 	"github.com/edgehook/edgehook/shared/signature"
@@ -72,6 +75,8 @@ type Received struct {
 	Path   string
 	Header http.Header
 	Body   []byte
+	// Answer is the body the subscriber answered with, encoded as it was sent.
+	Answer []byte
 }
 
 // Subscriber is the scripted subscriber: a real HTTP server on 127.0.0.1 that answers as the
@@ -122,8 +127,9 @@ func (s *Subscriber) Received() []Received {
 func (s *Subscriber) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	s.mu.Lock()
-	s.received = append(s.received, Received{Path: r.RequestURI, Header: r.Header.Clone(), Body: body})
 	u := s.script
+	answer := encodedBody(u)
+	s.received = append(s.received, Received{Path: r.RequestURI, Header: r.Header.Clone(), Body: body, Answer: answer})
 	s.mu.Unlock()
 	if u.Hang {
 		// Answer only when the edge gives up (the connection closes) or the subscriber stops.
@@ -139,14 +145,8 @@ func (s *Subscriber) serve(w http.ResponseWriter, r *http.Request) {
 	if u.HeaderBytes > 0 {
 		w.Header().Set("X-Pad", strings.Repeat("p", u.HeaderBytes))
 	}
-	answer := UpstreamBody(u)
-	if u.Gzip {
-		var b bytes.Buffer
-		zw := gzip.NewWriter(&b)
-		_, _ = zw.Write(answer)
-		_ = zw.Close()
-		answer = b.Bytes()
-		w.Header().Set("Content-Encoding", "gzip")
+	if u.ContentEncoding != "" {
+		w.Header().Set("Content-Encoding", u.ContentEncoding)
 	}
 	if u.CutBody || u.StallBody {
 		w.Header().Set("Content-Length", strconv.Itoa(len(answer)+100))
@@ -178,6 +178,26 @@ func UpstreamBody(u Upstream) []byte {
 		return bytes.Repeat([]byte{'y'}, u.BodyBytes)
 	}
 	return []byte(u.Body)
+}
+
+// encoders compress a scripted answer for each content_encoding.
+var encoders = map[string]func(io.Writer) io.WriteCloser{
+	"gzip":    func(w io.Writer) io.WriteCloser { return gzip.NewWriter(w) },
+	"br":      func(w io.Writer) io.WriteCloser { return brotli.NewWriter(w) },
+	"deflate": func(w io.Writer) io.WriteCloser { return zlib.NewWriter(w) },
+}
+
+// encodedBody is the body a scripted subscriber answers with, compressed as u says.
+func encodedBody(u Upstream) []byte {
+	enc, ok := encoders[u.ContentEncoding]
+	if !ok {
+		return UpstreamBody(u)
+	}
+	var b bytes.Buffer
+	w := enc(&b)
+	_, _ = w.Write(UpstreamBody(u))
+	_ = w.Close()
+	return b.Bytes()
 }
 
 // UnreachableURL returns a base URL on 127.0.0.1 where nothing listens (a port just released).
@@ -232,6 +252,9 @@ func Check(e *Expect, o *Observed) []string {
 	}
 	if e.BodyLength != nil && len(o.Body) != *e.BodyLength {
 		fail("body length %d, want %d", len(o.Body), *e.BodyLength)
+	}
+	if e.BodyAsAnswered && (len(o.Received) != 1 || !bytes.Equal(o.Body, o.Received[0].Answer)) {
+		fail("body %q, want the subscriber's answer as sent", o.Body)
 	}
 	if e.UpstreamLatency {
 		v := o.Header[strings.ToLower(wire.HeaderUpstreamLatency)]

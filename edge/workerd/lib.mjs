@@ -6,7 +6,7 @@ import { readFileSync } from "node:fs";
 import http from "node:http";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { gzipSync } from "node:zlib";
+import { brotliCompressSync, deflateSync, gzipSync } from "node:zlib";
 import { Miniflare } from "miniflare";
 
 export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
@@ -100,6 +100,9 @@ export function buildRequest(suite, req, nowMs) {
   return { method: req.method || "POST", headers: h, body };
 }
 
+/** A scripted answer's compression for each content_encoding ("deflate": the zlib format). */
+const encoders = { gzip: gzipSync, br: brotliCompressSync, deflate: deflateSync };
+
 /** The scripted subscriber: answers as the current step says and records what it receives. */
 export async function startSubscriber() {
   const sub = { script: { status: 200 }, received: [], hanging: new Set() };
@@ -107,19 +110,19 @@ export async function startSubscriber() {
     const chunks = [];
     req.on("data", (c) => chunks.push(c));
     req.on("end", () => {
-      sub.received.push({ path: req.url, headers: req.headers, rawHeaders: req.rawHeaders, body: Buffer.concat(chunks) });
       const u = sub.script;
+      const plain = u.body_bytes > 0 ? Buffer.alloc(u.body_bytes, "y") : Buffer.from(u.body ?? "");
+      const body = u.content_encoding ? encoders[u.content_encoding](plain) : plain;
+      sub.received.push({ path: req.url, headers: req.headers, rawHeaders: req.rawHeaders, body: Buffer.concat(chunks), answer: body });
       if (u.hang) {
         // Answer only when the edge gives up (closes the connection) or the subscriber stops.
         sub.hanging.add(res);
         res.on("close", () => sub.hanging.delete(res));
         return;
       }
-      const plain = u.body_bytes > 0 ? Buffer.alloc(u.body_bytes, "y") : Buffer.from(u.body ?? "");
-      const body = u.gzip ? gzipSync(plain) : plain;
       const headers = { ...u.headers };
       if (u.header_bytes > 0) headers["X-Pad"] = "p".repeat(u.header_bytes);
-      if (u.gzip) headers["Content-Encoding"] = "gzip";
+      if (u.content_encoding) headers["Content-Encoding"] = u.content_encoding;
       if (u.cut_body || u.stall_body) {
         // Declares 100 bytes more than it sends, then closes the connection (the body breaks off)
         // or leaves it open until the edge gives up (the body stalls).
@@ -201,6 +204,9 @@ export async function check(e, o) {
   }
   if (e.body != null && o.body.toString() !== e.body) errs.push(`body ${JSON.stringify(o.body.toString())}, want ${JSON.stringify(e.body)}`);
   if (e.body_length != null && o.body.length !== e.body_length) errs.push(`body length ${o.body.length}, want ${e.body_length}`);
+  if (e.body_as_answered && !(o.received.length === 1 && o.body.equals(o.received[0].answer))) {
+    errs.push(`body ${JSON.stringify(o.body.toString())}, want the subscriber's answer as sent`);
+  }
   if (e.upstream_latency && !/^\d+$/.test(hdr("edgehook-upstream-latency-ms") ?? "")) {
     errs.push(`Edgehook-Upstream-Latency-Ms = ${JSON.stringify(hdr("edgehook-upstream-latency-ms"))}, want a non-negative integer`);
   }

@@ -13,6 +13,8 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/andybalholm/brotli"
+
 	"github.com/edgehook/edgehook/edge/relay"
 	"github.com/edgehook/edgehook/internal/netguard"
 	"github.com/edgehook/edgehook/shared/wire"
@@ -44,9 +46,8 @@ func New(transport http.RoundTripper) *Client {
 // relay.ErrUpstreamBlocked when the transport's dialer refused the address (netguard.Control).
 //
 // Unless the request names an Accept-Encoding (or a Range) of its own, it asks for gzip. It decodes
-// a gzip answer, dropping its Content-Encoding and Content-Length, even one a record's own
-// Accept-Encoding asked for, as the Fetch API does: the excerpt is the subscriber's text, whatever
-// transport sent it.
+// the answer as the Worker's fetch does (decode), even one a record's own Accept-Encoding asked
+// for: the excerpt is the subscriber's text, whatever transport sent it.
 func (c *Client) Do(ctx context.Context, req *relay.UpstreamRequest) (*relay.UpstreamResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, req.Timeout)
 	defer cancel()
@@ -67,18 +68,35 @@ func (c *Client) Do(ctx context.Context, req *relay.UpstreamRequest) (*relay.Ups
 		return nil, classify(ctx, &url.Error{Op: "Post", URL: hreq.URL.String(), Err: err})
 	}
 	defer resp.Body.Close()
-	var body io.Reader = resp.Body
-	if strings.EqualFold(resp.Header.Get("Content-Encoding"), "gzip") {
-		resp.Header.Del("Content-Encoding")
-		resp.Header.Del("Content-Length")
-		if body, err = gzip.NewReader(resp.Body); err != nil {
-			body = strings.NewReader("") // not gzip after all: no excerpt, as from net/http
-		}
-	}
 	// The subscriber has answered once its status is here: a body that then breaks off or stalls
-	// past the timeout costs the excerpt only, not the answer (a 2xx must get its dedup mark).
-	excerpt, _ := io.ReadAll(io.LimitReader(body, wire.MaxExcerptBytes))
+	// past the timeout, or fails to decode, costs the excerpt only, not the answer (a 2xx must get
+	// its dedup mark).
+	excerpt, _ := io.ReadAll(io.LimitReader(decode(resp), wire.MaxExcerptBytes))
 	return &relay.UpstreamResponse{Status: resp.StatusCode, Header: FromHTTP(resp.Header), Body: excerpt}, nil
+}
+
+// decode returns resp's body decoded as workerd's fetch decodes it: only a Content-Encoding of
+// exactly "gzip" or "br" (lower case, one coding on one line; br under its compatibility flag
+// brotli_content_encoding, on from 2024-04-29, before wrangler.toml's date). Any other is relayed
+// as it came: "deflate", "GZIP", stacked codings ("gzip, br"). A body that fails to decode gives
+// what decoded before the failure, as the Worker's excerpt does. A decoded answer loses its
+// Content-Encoding and Content-Length, as from net/http's own decoding (workerd keeps them; the
+// relay reads neither).
+func decode(resp *http.Response) io.Reader {
+	coding := resp.Header.Values("Content-Encoding")
+	if len(coding) != 1 || (coding[0] != "gzip" && coding[0] != "br") {
+		return resp.Body
+	}
+	resp.Header.Del("Content-Encoding")
+	resp.Header.Del("Content-Length")
+	if coding[0] == "br" {
+		return brotli.NewReader(resp.Body)
+	}
+	zr, err := gzip.NewReader(resp.Body)
+	if err != nil {
+		return strings.NewReader("") // not gzip after all: nothing decoded
+	}
+	return zr
 }
 
 func classify(ctx context.Context, err error) error {

@@ -54,7 +54,7 @@ type Config struct {
 	BackoffBase   time.Duration // full-jitter backoff: random(0, min(BackoffCap, BackoffBase·2^attempt))
 	BackoffCap    time.Duration
 	MaxAttempts   int           // attempts before a delivery is dead
-	MaxAge        time.Duration // age (from emit or manual retry) after which a failing delivery is dead
+	MaxAge        time.Duration // age (from emit, manual retry or its subscriber's resume) after which a failing delivery is dead
 	RetryAfterCap time.Duration // longest Retry-After honoured
 	ExcerptBytes  int           // response body bytes kept in the attempt log
 

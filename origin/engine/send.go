@@ -127,8 +127,9 @@ func (e *Engine) deliver(ctx context.Context, c store.Claimed) store.Settlement 
 		}
 	}
 	now := e.cfg.Now()
-	// No attempt after the max age: a failing delivery claimed late (a circuit's cool-down, a
-	// pause) dies unsent, and so counts no attempt.
+	// No attempt after the max age: a failing delivery claimed late (a circuit's cool-down) dies
+	// unsent, and so counts no attempt. An operator's pause is not late: a resume restarts the age
+	// (Claimed.AgeFrom).
 	if c.Attempts > 0 && !now.Before(e.deadline(c)) {
 		return store.Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: c.Subscriber.ID,
 			Result: store.ResultDeadUnsent, Reason: store.ReasonMaxAge, Error: "max age reached before the next attempt: not sent"}

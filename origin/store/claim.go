@@ -29,7 +29,7 @@ type Claimed struct {
 	DeliveryID   string
 	LeaseToken   string
 	Attempts     int       // attempts made before this one
-	AgeFrom      time.Time // max age counts from here
+	AgeFrom      time.Time // max age counts from here: age_from, or its subscriber's resume if later
 	CoalesceKey  string
 	Event        Event
 	Subscriber   *Subscriber // shared snapshot: do not modify
@@ -66,7 +66,8 @@ type candidate struct {
 	probe     bool
 	taken     int
 	exhausted bool
-	byTokens  bool // the budget is the bucket's, not the in-flight cap's
+	byTokens  bool  // the budget is the bucket's, not the in-flight cap's
+	resumedAt int64 // ms, its last resume from a pause or a disable (migration 0016)
 }
 
 // maxTokenWait bounds ClaimResult.NextToken: the engine claims again at its poll interval anyway.
@@ -401,7 +402,7 @@ var spendTokensSQL = chunkSQL(4, func(values string) string {
 // round-robin order, with their budgets. moves are count changes not yet in queue_counts: none into
 // pending, and those out of leased lower the in-flight counts.
 func (s *Store) claimCandidates(ctx context.Context, tx *sql.Tx, now int64, moves countDeltas) ([]*candidate, error) {
-	rows, err := s.query(ctx, tx, `SELECT s.id, s.ordinal, l.cursor, s.rate_per_sec, s.burst, s.max_in_flight, l.tokens, l.refilled_at, l.circuit,
+	rows, err := s.query(ctx, tx, `SELECT s.id, s.ordinal, s.resumed_at, l.cursor, s.rate_per_sec, s.burst, s.max_in_flight, l.tokens, l.refilled_at, l.circuit,
 			coalesce((SELECT n FROM queue_counts q WHERE q.subscriber_id = s.id AND q.status = 'leased'), 0)
 		FROM subscribers s JOIN limiter l ON l.subscriber_id = s.id
 		WHERE s.state = 'active' AND l.paused_until <= ?1
@@ -420,7 +421,7 @@ func (s *Store) claimCandidates(ctx context.Context, tx *sql.Tx, now int64, move
 			refilledAt, leased int64
 			circuit            string
 		)
-		if err := rows.Scan(&c.id, &c.ordinal, &c.cursor, &c.rate, &burst, &maxInFlight, &c.tokens, &refilledAt, &circuit, &leased); err != nil {
+		if err := rows.Scan(&c.id, &c.ordinal, &c.resumedAt, &c.cursor, &c.rate, &burst, &maxInFlight, &c.tokens, &refilledAt, &circuit, &leased); err != nil {
 			return nil, err
 		}
 		leased += moves[[2]string{c.id, string(StatusLeased)}]
@@ -658,9 +659,9 @@ func (s *Store) completeClaims(ctx context.Context, tx *sql.Tx, rows []claimedRo
 	for _, sub := range subs {
 		bySub[sub.ID] = sub
 	}
-	probes := map[string]bool{}
+	byID := make(map[string]*candidate, len(cands))
 	for _, c := range cands {
-		probes[c.id] = c.probe
+		byID[c.id] = c
 	}
 	events := map[int64]*Event{}
 	seqs := make([]int64, 0, len(rows))
@@ -691,12 +692,12 @@ func (s *Store) completeClaims(ctx context.Context, tx *sql.Tx, rows []claimedRo
 	}
 	out := make([]Claimed, 0, len(rows))
 	for _, r := range rows {
-		sub, ev := bySub[r.subID], events[r.eventSeq]
-		if sub == nil || ev == nil {
+		sub, ev, c := bySub[r.subID], events[r.eventSeq], byID[r.subID]
+		if sub == nil || ev == nil || c == nil {
 			return nil, fmt.Errorf("claim: delivery %d lost its subscriber or event", r.seq)
 		}
 		out = append(out, Claimed{Seq: r.seq, DeliveryID: s.DeliveryID(r.seq), LeaseToken: token, Attempts: r.attempts,
-			AgeFrom: fromMS(r.ageFrom), CoalesceKey: r.coalesceKey, Event: *ev, Subscriber: sub, Probe: probes[r.subID],
+			AgeFrom: fromMS(max(r.ageFrom, c.resumedAt)), CoalesceKey: r.coalesceKey, Event: *ev, Subscriber: sub, Probe: c.probe,
 			LeaseExpires: fromMS(leaseUntil)})
 	}
 	return out, nil

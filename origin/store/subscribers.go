@@ -594,7 +594,9 @@ func (s *Store) PauseSubscriber(ctx context.Context, id, reason string) (*Subscr
 }
 
 // ResumeSubscriber makes a paused or disabled subscriber active again: held deliveries become
-// pending and are due at once; the Retry-After pause and the circuit breaker are reset.
+// pending and are due at once; the Retry-After pause and the circuit breaker are reset. The max
+// age of every delivery waiting for it counts from the resume (subscribers.resumed_at): a pause or
+// a disable held them all alike, and must not make the retries among them too old to send.
 func (s *Store) ResumeSubscriber(ctx context.Context, id string) (*Subscriber, error) {
 	return s.setState(ctx, id, StateActive, "")
 }
@@ -608,7 +610,10 @@ func (s *Store) setState(ctx context.Context, id string, state State, reason str
 }
 
 func (s *Store) setStateTx(ctx context.Context, tx *sql.Tx, id string, state State, reason string, now int64) error {
-	res, err := tx.ExecContext(ctx, `UPDATE subscribers SET state = ?, state_reason = ?, updated_at = max(?, updated_at + 1) WHERE id = ?`, state, reason, now, id)
+	// SET reads the row as it was: only a resume of a subscriber that was not active moves resumed_at.
+	res, err := tx.ExecContext(ctx, `UPDATE subscribers SET state = ?1, state_reason = ?2,
+		resumed_at = CASE WHEN ?1 = 'active' AND state <> 'active' THEN ?3 ELSE resumed_at END,
+		updated_at = max(?3, updated_at + 1) WHERE id = ?4`, state, reason, now, id)
 	if err != nil {
 		return err
 	}

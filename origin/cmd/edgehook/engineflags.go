@@ -50,7 +50,7 @@ func (f *engineFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.PollInterval, "poll-interval", engine.DefaultPollInterval, "how often an idle engine looks for due deliveries (writes through serve's own API wake it at once; other processes' writes and retries coming due wait for this)")
 	fs.DurationVar(&c.LeaseDuration, "lease-duration", engine.DefaultLeaseDuration, "how long a claim owns its deliveries (a crashed sender's are retried after it); a send is cut at 3/4 of it, whatever the subscriber's timeout")
 	fs.IntVar(&c.MaxAttempts, "max-attempts", engine.DefaultMaxAttempts, "attempts before a delivery is dead")
-	fs.DurationVar(&c.MaxAge, "max-age", engine.DefaultMaxAge, "age after which a failing delivery is dead")
+	fs.DurationVar(&c.MaxAge, "max-age", engine.DefaultMaxAge, "age after which a failing delivery is dead (counted from its emit, a manual retry or its subscriber's resume)")
 	fs.DurationVar(&c.BackoffBase, "backoff-base", engine.DefaultBackoffBase, "retry backoff: random(0, min(cap, base*2^attempt))")
 	fs.DurationVar(&c.BackoffCap, "backoff-cap", engine.DefaultBackoffCap, "longest retry backoff")
 	fs.DurationVar(&c.RetryAfterCap, "retry-after-cap", engine.DefaultRetryAfterCap, "longest Retry-After of a subscriber honoured")

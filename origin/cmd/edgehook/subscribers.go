@@ -306,7 +306,7 @@ func init() {
 		return api.NewSubscriber(sub), nil
 	})
 	pauseCmd.Flags().StringVar(&pauseReason, "reason", "", "why, shown as the subscriber's state_reason (default \""+api.DefaultPauseReason+"\")")
-	resumeCmd := idCommand("resume ID", "Send to a paused or disabled subscriber again", func(ctx context.Context, st *store.Store, id string) (any, error) {
+	resumeCmd := idCommand("resume ID", "Send to a paused or disabled subscriber again; what waited for it gets its --max-age from now", func(ctx context.Context, st *store.Store, id string) (any, error) {
 		sub, err := st.ResumeSubscriber(ctx, id)
 		if err != nil {
 			return nil, err

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -282,5 +283,41 @@ func TestAnOperatorHoldIsAtMostAnHour(t *testing.T) {
 		if set := e.eng.holdForOperator(c, store.Settlement{}, now); set.NextAttemptAt.Sub(now) > operatorHoldCap {
 			t.Fatalf("an edge fault after 5 h of waiting is held for %s, want at most %s", set.NextAttemptAt.Sub(now), operatorHoldCap)
 		}
+	}
+}
+
+// TestADeliveryDeadUnsentSpendsNoToken: a retry claimed past its max age (here its last call came
+// while no drain ran) dies unsent; its claim had spent a token of the subscriber's bucket, and the
+// pacer one more, for a request never made. At one token an hour (burst 1), the next event then
+// waited an hour for nothing (and a second of the pacer's): under a backlog, each such death took
+// a live delivery's place.
+func TestADeliveryDeadUnsentSpendsNoToken(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{MaxAge: time.Hour, MaxAttempts: 100})
+	var fail atomic.Bool
+	fail.Store(true)
+	k := newSink(t, func(w http.ResponseWriter, _ *recorded) {
+		if fail.Load() {
+			w.WriteHeader(500)
+		}
+	})
+	e.sub(store.SubscriberInput{ID: "s", URL: k.URL, RatePerSec: 1.0 / 3600, Burst: 1})
+	e.emit("e1", "t", `{}`)
+	e.drain() // a 500: retried at the last call, a minute before the max age
+	fail.Store(false)
+	e.clk.Advance(2 * time.Hour) // the bucket is full again, and the last call past
+	if res := e.drain(); res.Dead != 1 {
+		t.Fatalf("the drain past the max age counted %d dead, want e1", res.Dead)
+	}
+	e.emit("e2", "t", `{}`)
+	// Bounded: without a token, e2 waits for the next one an hour away (of the test's clock).
+	start := time.Now()
+	if _, err := e.eng.Drain(context.Background(), DrainOptions{For: 2 * time.Second, UntilIdle: true}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(k.received()); n != 2 {
+		t.Errorf("the subscriber got %d requests, want e1's first attempt and e2: the token e1's death spent went to no request", n)
+	} else if d := time.Since(start); d >= maxPace {
+		t.Errorf("e2 was sent %s after its drain began: the pacer held it back for e1, which was never sent", d)
 	}
 }

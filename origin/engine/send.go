@@ -117,6 +117,10 @@ type response struct {
 func (e *Engine) deliver(ctx context.Context, c store.Claimed) store.Settlement {
 	sub := c.Subscriber
 	release := store.Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: sub.ID, Result: store.ResultRelease}
+	// Before the pacer: a request not made must not take a pacing slot from the sends after it.
+	if dead, ok := e.pastMaxAge(c, e.cfg.Now()); ok {
+		return dead
+	}
 	if d := e.pace.reserve(sub, e.cfg.Now()); d > 0 {
 		t := time.NewTimer(d)
 		select {
@@ -127,12 +131,8 @@ func (e *Engine) deliver(ctx context.Context, c store.Claimed) store.Settlement 
 		}
 	}
 	now := e.cfg.Now()
-	// No attempt after the max age: a failing delivery claimed late (a circuit's cool-down) dies
-	// unsent, and so counts no attempt. An operator's pause is not late: a resume restarts the age
-	// (Claimed.AgeFrom).
-	if c.Attempts > 0 && !now.Before(e.deadline(c)) {
-		return store.Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: c.Subscriber.ID,
-			Result: store.ResultDeadUnsent, Reason: store.ReasonMaxAge, Error: "max age reached before the next attempt: not sent"}
+	if dead, ok := e.pastMaxAge(c, now); ok { // the pacer's wait (a second at most) took it there
+		return dead
 	}
 	// A send is cut at 3/4 of its lease as claimed, the pacer's wait included: the last quarter
 	// is for its outcome to be written before another claim may take the delivery over. A lease
@@ -169,6 +169,18 @@ func (e *Engine) deliver(ctx context.Context, c store.Claimed) store.Settlement 
 		set.Attempt.At = now
 	}
 	return set
+}
+
+// pastMaxAge is c's settlement if it is a retry at or past its max age at now: no attempt after
+// the max age, so a failing delivery claimed late (behind a circuit's cool-down, say) dies unsent,
+// and counts no attempt. An operator's pause is not late: a resume restarts the age
+// (Claimed.AgeFrom). The token its claim took from the subscriber's bucket goes back (Refund).
+func (e *Engine) pastMaxAge(c store.Claimed, now time.Time) (store.Settlement, bool) {
+	if c.Attempts == 0 || now.Before(e.deadline(c)) {
+		return store.Settlement{}, false
+	}
+	return store.Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: c.Subscriber.ID, Refund: true,
+		Result: store.ResultDeadUnsent, Reason: store.ReasonMaxAge, Error: "max age reached before the next attempt: not sent"}, true
 }
 
 // The subscriber-facing header names in canonical form: set so, they are stored as they are, without

@@ -78,6 +78,9 @@ type Settlement struct {
 	// it failed, it costs the delivery neither a backoff nor an attempt (Settled.Outdated).
 	Seen    time.Time
 	Circuit CircuitEffect
+	// Refund: no request was made for it (dead unsent before its send), so the token of the
+	// subscriber's bucket its claim spent goes back, for the next delivery to use.
+	Refund bool
 }
 
 // Settled is what a settle did not write as asked, by delivery (Seq).
@@ -680,6 +683,7 @@ type limiterState struct {
 	Until    int64  `json:"until"`
 	Opens    int    `json:"opens"`
 	Paused   int64  `json:"paused"`
+	Refund   int    `json:"refund"` // tokens given back to the bucket (Settlement.Refund); read as 0
 }
 
 // settleSubscribers applies the effects of the settlements on their subscribers, in order: a
@@ -750,10 +754,12 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 		return disabled, err
 	}
 	data, _ := json.Marshal(changed)
+	// A refund is clamped at the burst, as a refill is.
 	if _, err := s.exec(ctx, tx, `UPDATE limiter SET consecutive_failures = j.failures, circuit = j.circuit, circuit_until = j.until,
-			circuit_opens = j.opens, paused_until = j.paused
+			circuit_opens = j.opens, paused_until = j.paused,
+			tokens = CASE WHEN j.refund > 0 THEN min(tokens + j.refund, (SELECT burst FROM subscribers WHERE id = j.id)) ELSE tokens END
 		FROM (SELECT value->>'id' AS id, value->>'failures' AS failures, value->>'circuit' AS circuit, value->>'until' AS until,
-			value->>'opens' AS opens, value->>'paused' AS paused FROM jsonb_each(?)) AS j
+			value->>'opens' AS opens, value->>'paused' AS paused, value->>'refund' AS refund FROM jsonb_each(?)) AS j
 		WHERE limiter.subscriber_id = j.id`, string(data)); err != nil {
 		return disabled, err
 	}
@@ -815,6 +821,9 @@ var readLimitersSQL = chunkSQL(1, func(values string) string {
 // subscriber's updated_at, before which a send's news is stale (Settlement.Seen).
 func (st limiterState) apply(items []*Settlement, updated int64, now time.Time, policy CircuitPolicy) limiterState {
 	for _, it := range items {
+		if it.Refund {
+			st.Refund++
+		}
 		effect := it.Circuit
 		if it.stale(updated) {
 			effect = CircuitNone

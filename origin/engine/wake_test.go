@@ -129,24 +129,28 @@ func TestANewURLIsSentToAtOnce(t *testing.T) {
 // change: a 500, or the subscriber's timeout. That failure is the old endpoint's: it costs the
 // delivery neither a backoff (an hour or more here, with an hour's poll interval and a clock
 // that does not move) nor an attempt (with --max-attempts 1, the old URL's failure came at the
-// last one). The delivery goes to the new URL at once and is delivered at its first counted
-// attempt, the old URL's failure logged before it, uncounted (numbered 0).
+// last one), nor its life (a 503 whose Retry-After, an hour, would end past the last call 20
+// minutes before its max age). The delivery goes to the new URL at once and is delivered at its
+// first counted attempt, the old URL's failure logged before it, uncounted (numbered 0).
 func TestAStaleFailureGoesToTheNewURLAtOnce(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name        string
 		maxAttempts int
+		maxAge      time.Duration // if set, the send comes 20 minutes before it
 		timeoutMS   int64
 		answer      func(w http.ResponseWriter, r *recorded)
 		status      int // the old URL's, as logged
 	}{
-		{"500", 0, 30000, status(http.StatusInternalServerError), 500},
-		{"timeout", 0, 2500, func(_ http.ResponseWriter, r *recorded) { <-r.req.Context().Done() }, 0},
-		{"500 at the last attempt", 1, 30000, status(http.StatusInternalServerError), 500},
+		{"500", 0, 0, 30000, status(http.StatusInternalServerError), 500},
+		{"timeout", 0, 0, 2500, func(_ http.ResponseWriter, r *recorded) { <-r.req.Context().Done() }, 0},
+		{"500 at the last attempt", 1, 0, 30000, status(http.StatusInternalServerError), 500},
+		{"503 with a Retry-After past the last call", 0, 2 * time.Hour, 30000,
+			status(http.StatusServiceUnavailable, "Retry-After", "3600"), 503},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, Config{PollInterval: time.Hour, MaxAttempts: tc.maxAttempts})
+			e := newEnv(t, Config{PollInterval: time.Hour, MaxAttempts: tc.maxAttempts, MaxAge: tc.maxAge})
 			ctx := context.Background()
 			sent, changed := newGate(t), newGate(t)
 			old := newSink(t, func(w http.ResponseWriter, r *recorded) {
@@ -161,6 +165,9 @@ func TestAStaleFailureGoesToTheNewURLAtOnce(t *testing.T) {
 			})
 			e.sub(store.SubscriberInput{ID: "a", URL: old.URL, TimeoutMS: tc.timeoutMS})
 			e.emit("e1", "t", `{}`)
+			if tc.maxAge > 0 {
+				e.clk.Advance(tc.maxAge - 20*time.Minute)
+			}
 			if err := e.eng.Start(ctx); err != nil {
 				t.Fatal(err)
 			}

@@ -96,8 +96,9 @@ type Settled struct {
 	Held []int64
 	// Outdated: failures of a send made before the subscriber's last change (Settlement.Seen),
 	// written due at once with the attempt logged but not counted (numbered 0), whatever their
-	// Result asked: a retry after a backoff or a Retry-After, or dead at the last attempt (one
-	// dead of its max age stays dead). Held instead if the subscriber is disabled (also in Held).
+	// Result asked: a retry after a backoff or a Retry-After, or dead at the last attempt or by a
+	// Retry-After past the last call (one dead of its max age otherwise stays dead). Held instead
+	// if the subscriber is disabled (also in Held).
 	Outdated []int64
 	// Disabled: the subscribers this settle disabled (a 410 from the subscriber as it still is).
 	Disabled []string
@@ -259,7 +260,8 @@ func (s *Store) settleTx(ctx context.Context, tx *sql.Tx, now time.Time, policy 
 // and their seqs. An endpoint the operator replaced, or a secret rotated out, says nothing of the
 // subscriber now, so its failure must not back the delivery off nor spend one of its attempts
 // (the send happened: it is logged, numbered 0, its status the delivery's last). A delivery dead
-// of its max age stays dead. The caller's slices are left as they are.
+// of its max age stays dead, unless only the old endpoint's Retry-After made it so (a retry the
+// engine claims past its max age dies unsent). The caller's slices are left as they are.
 func (s *Store) renewOutdated(ctx context.Context, tx *sql.Tx, now time.Time, items []Settlement, rows []settleRow) ([]Settlement, []settleRow, []int64, error) {
 	var subs []any
 	for i := range items {
@@ -310,9 +312,11 @@ func (s *Store) renewOutdated(ctx context.Context, tx *sql.Tx, now time.Time, it
 }
 
 // countedFailure tells whether the settlement counts a failed attempt that renewOutdated may take
-// back: a retry, or dead for its attempts.
+// back: a retry, or dead for its attempts, or for its age by a Retry-After (PauseUntil) ending
+// past the last call: that wait, a replaced endpoint's, is not applied either.
 func (it *Settlement) countedFailure() bool {
-	return it.Result == ResultRetry || it.Result == ResultDead && it.Reason == ReasonMaxAttempts
+	return it.Result == ResultRetry || it.Result == ResultDead &&
+		(it.Reason == ReasonMaxAttempts || it.Reason == ReasonMaxAge && !it.PauseUntil.IsZero())
 }
 
 // updatedAtSQL reads the updated_at of the subscribers bound (padded with NULLs).

@@ -3,10 +3,12 @@ package engine
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
 	"github.com/edgehook/edgehook/origin/store"
+	"github.com/edgehook/edgehook/shared/wire"
 )
 
 // TestARecoveredSubscriberGetsItsRetriesAtOnce: a subscriber down long enough to open its circuit
@@ -37,5 +39,54 @@ func TestARecoveredSubscriberGetsItsRetriesAtOnce(t *testing.T) {
 	if c := st.Subscribers[0].Counts; c[store.StatusDelivered] != 4 || len(k.received()) != 6 {
 		t.Fatalf("after the probe closed the circuit: %v, %d requests; want all 4 delivered at once, the 2 retries among them (6 requests)",
 			c, len(k.received()))
+	}
+}
+
+// TestAPoisonPayloadKeepsItsBackoffAcrossCloses: p1 fails whatever the subscriber's health (a
+// payload it refuses); the events after it are delivered, each answer held until p1's failure
+// has opened the circuit (a threshold of 1). Each such success, of a send out since before the
+// circuit opened, closes it again: that is no news of a recovery, so p1 keeps the hour's backoff
+// its failure earned (the clock does not move) and is sent once. Pulled forward by each close,
+// it was sent again whenever the events left room, and spent its attempts in a second.
+func TestAPoisonPayloadKeepsItsBackoffAcrossCloses(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{CircuitThreshold: 1, CircuitCooldown: time.Hour, CircuitMaxCooldown: time.Hour, MaxAttempts: 12})
+	stats := func() store.SubscriberStats {
+		st, err := e.st.Stats(context.Background(), e.clk.Now())
+		if err != nil {
+			t.Error(err)
+			return store.SubscriberStats{}
+		}
+		return st.Subscribers[0]
+	}
+	k := newSink(t, func(w http.ResponseWriter, r *recorded) {
+		if r.header.Get(wire.HeaderWebhookID) == "p1" {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		for i := 0; i < 100 && !stats().CircuitOpen; i++ { // p1's failure, if it is out: 200 ms at most
+			time.Sleep(2 * time.Millisecond)
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	e.sub(store.SubscriberInput{URL: k.URL, MaxInFlight: 2})
+	e.emit("p1", "t", `{}`)
+	for i := range 6 {
+		e.emit(fmt.Sprintf("g%d", i), "t", `{}`)
+	}
+	ctx := context.Background()
+	if err := e.eng.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer e.eng.Stop(ctx)
+	waitUntil(t, "the 6 events to be delivered", func() bool { return stats().Counts[store.StatusDelivered] == 6 })
+	time.Sleep(50 * time.Millisecond) // a p1 pulled forward by the last close would be out by now
+	page, err := e.st.ListDeliveries(ctx, store.DeliveryFilter{EventID: "p1"})
+	if err != nil || len(page.Deliveries) != 1 {
+		t.Fatalf("p1's deliveries: %d (%v)", len(page.Deliveries), err)
+	}
+	if d, sent := page.Deliveries[0], len(k.received()); d.Attempts != 1 || sent != 7 {
+		t.Fatalf("p1 is %s after %d attempts, %d requests in all; want 1 attempt, 7 requests: its backoff (an hour) kept",
+			d.Status, d.Attempts, sent)
 	}
 }

@@ -581,7 +581,7 @@ func (r *run) settled(batch []store.Settlement, written store.Settled) {
 		}
 	}
 	r.logCircuits(written.Circuits)
-	// A circuit closed again made its subscriber's retries due now (store.Settled.Circuits):
+	// A circuit closed again by its probe made its subscriber's retries due now (store.Settled.Circuits):
 	// claimed now, not at the poll.
 	if slices.ContainsFunc(written.Circuits, func(c store.CircuitChange) bool { return !c.Opened }) {
 		signal(r.e.wake)

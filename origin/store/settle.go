@@ -103,7 +103,7 @@ type Settled struct {
 	// Disabled: the subscribers this settle disabled (a 410 from the subscriber as it still is).
 	Disabled []string
 	// Circuits: the subscribers whose circuit breaker the settle opened or closed. The pending
-	// retries of those it closed were made due now (dueRetriesNowSQL).
+	// retries of those closed by their probe were made due now (dueRetriesNowSQL).
 	Circuits []CircuitChange
 }
 
@@ -694,7 +694,7 @@ type limiterState struct {
 // disable (a 410 from the subscriber as it still is: out.Disabled), the latest Retry-After pause,
 // and the circuit breaker folded over every success and failure (and a probe settled without news:
 // see apply), adding the circuits it opened or closed to out.Circuits and making the pending
-// retries of those it closed due now. The limiter rows are read with one statement and only the
+// retries of those its probe closed due now. The limiter rows are read with one statement and only the
 // changed ones written with another: in the common case (successes on a closed circuit) nothing
 // is written. It returns the subscribers disabled after the settle, whose deliveries going back
 // to the queue were written held.
@@ -721,6 +721,7 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 	}
 	var changed []limiterState
 	var disabled map[string]bool
+	var recovered []string // closed by their probe's success
 	args := make([]any, 0, len(order))
 	err := padded(len(order), func(k, lo, hi int) error {
 		args = args[:0]
@@ -749,6 +750,9 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 				changed = append(changed, next)
 				if c, ok := circuitChange(st, next); ok {
 					out.Circuits = append(out.Circuits, c)
+					if !c.Opened && st.Circuit == "probing" {
+						recovered = append(recovered, c.SubscriberID)
+					}
 				}
 			}
 		}
@@ -767,15 +771,16 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 		WHERE limiter.subscriber_id = j.id`, string(data)); err != nil {
 		return disabled, err
 	}
-	// A circuit closed by a success: the subscriber is back from an outage, so the retries that
-	// backed off meanwhile (hours, at the default cap) are due now, paced by its bucket and its
-	// in-flight cap. Only then: on a circuit that stayed closed, a delivery failing alone (a
-	// poison payload) keeps its backoff.
-	for _, c := range out.Circuits {
-		if !c.Opened {
-			if _, err := s.exec(ctx, tx, dueRetriesNowSQL, ms(now), c.SubscriberID); err != nil {
-				return disabled, err
-			}
+	// A circuit closed by its probe's success, sent after the cool-down: the subscriber is back
+	// from an outage, so the retries that backed off meanwhile (hours, at the default cap) are
+	// due now, paced by its bucket and its in-flight cap. Only then: a success of a send out since
+	// before the circuit opened says nothing of a recovery (a few poison payloads, failing as
+	// others succeed, opened it), and on a circuit that stayed closed a delivery failing alone
+	// keeps its backoff: pulled forward by each such close, poison payloads spent their attempts
+	// in seconds.
+	for _, id := range recovered {
+		if _, err := s.exec(ctx, tx, dueRetriesNowSQL, ms(now), id); err != nil {
+			return disabled, err
 		}
 	}
 	return disabled, nil

@@ -662,7 +662,7 @@ func resetPauseAndCircuit(ctx context.Context, tx *sql.Tx, id string) error {
 
 // dueRetriesNowSQL makes the pending retries of subscriber ?2 due at ?1 at the latest:
 // next_attempt_at = min(next_attempt_at, ?1), for a new URL (UpdateSubscriber) and a circuit
-// closed again by a success (settleSubscribers). Only rows of status 'pending' with attempts > 0
+// closed again by its probe's success (settleSubscribers). Only rows of status 'pending' with attempts > 0
 // are retries waiting: a leased row is 'leased', and a fanout delivery without a row (fanout.go)
 // is a first attempt, due from its emit on. First attempts are due in event order already and are
 // left so; held, dead and delivered rows are not waiting to be sent. The rows are found through

@@ -664,7 +664,7 @@ func (r *run) logGone(batch []store.Settlement, disabled []string, held, lost ma
 	}
 	for i := range batch {
 		if it := &batch[i]; it.Disable != "" && !held[it.Seq] && !lost[it.Seq] && !slices.Contains(disabled, it.SubscriberID) {
-			r.e.log.Info("a 410 Gone was not applied: the subscriber was changed after its send; as any failure of such a send, it counts no attempt, and the delivery is due again at once unless past its max age",
+			r.e.log.Info("a 410 Gone was not applied: the subscriber was changed after its send; as any failure of such a send, after a change of its URL, secrets or other send settings it counts no attempt, and the delivery is due again at once unless past its max age",
 				"subscriber", it.SubscriberID, "delivery", r.e.st.DeliveryID(it.Seq))
 		}
 	}

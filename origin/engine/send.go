@@ -293,7 +293,7 @@ func (e *Engine) do(req *http.Request, mode store.Mode) response {
 // decide turns a response into a settlement: the outcome policy of the engine.
 func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settlement {
 	sub := c.Subscriber
-	set := store.Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: sub.ID, Status: r.status, Seen: sub.UpdatedAt}
+	set := store.Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: sub.ID, Status: r.status, Seen: sub.UpdatedAt, Sent: sub}
 	attempt := &store.Attempt{At: now, Status: r.status, LatencyMS: r.latency.Milliseconds(), Excerpt: r.excerpt}
 	set.Attempt = attempt
 	fail := func(class, msg string, circuit bool) store.Settlement {

@@ -387,3 +387,32 @@ func (e *env) onlySubscriber() store.SubscriberStats {
 	}
 	return st.Subscribers[0]
 }
+
+// TestAChangeThatSendsNothingDifferentlyLeavesTheFailureCounted: an operator's script (or config
+// tooling) re-applies the subscriber's rate while each send to its failing endpoint is out.
+// Every such PATCH moves updated_at on, yet the send went to the same URL with the same secrets
+// and headers: its 500 is news of the subscriber, and costs the delivery its attempt and an
+// hour's backoff (the clock does not move). Taken as a stale failure, each was due again at once
+// and uncounted: the endpoint was sent to in a loop with no backoff, no attempt spent and no
+// circuit, for as long as the script ran (until --max-age).
+func TestAChangeThatSendsNothingDifferentlyLeavesTheFailureCounted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	rate := 1000.0
+	k := newSink(t, func(w http.ResponseWriter, _ *recorded) {
+		if _, err := e.st.UpdateSubscriber(context.Background(), "a", store.SubscriberPatch{RatePerSec: &rate}); err != nil {
+			t.Error(err)
+		}
+		w.WriteHeader(http.StatusInternalServerError)
+	})
+	e.sub(store.SubscriberInput{ID: "a", URL: k.URL})
+	e.emit("e1", "t", `{}`)
+	res, err := e.eng.Drain(context.Background(), DrainOptions{For: 2 * time.Second, UntilIdle: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, n := e.only(), len(k.received()); n != 1 || d.Attempts != 1 || !res.Idle {
+		t.Fatalf("a PATCH of the rate during each send: %d requests in 2 s (idle: %v), e1 %s after %d attempts; want 1 request, 1 attempt, then an hour's backoff",
+			n, res.Idle, d.Status, d.Attempts)
+	}
+}

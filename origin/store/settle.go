@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 )
@@ -75,8 +76,14 @@ type Settlement struct {
 	// A send made before the subscriber's last change (a new URL, a resume) says nothing of it
 	// as it is now: its Disable, PauseUntil and Circuit are not applied, so that a late 410,
 	// Retry-After or timeout from a URL the operator has replaced does not undo the fix; and if
-	// it failed, it costs the delivery neither a backoff nor an attempt (Settled.Outdated).
-	Seen    time.Time
+	// it failed, it costs the delivery neither a backoff nor an attempt (Settled.Outdated), if
+	// the change is to what sends are made with (Sent).
+	Seen time.Time
+	// Sent is the subscriber as the send was made (nil: not known, any change counts). After a
+	// change that sends nothing differently (a rate, a pause: sendsAlike) a failure is news of the
+	// same endpoint, and costs the delivery as any: taken off it, a config script re-applying the
+	// rate during every send had a failing endpoint sent to in a loop, at no cost, until the max age.
+	Sent    *Subscriber
 	Circuit CircuitEffect
 	// Refund: no request was made for it (dead unsent before its send), so the token of the
 	// subscriber's bucket its claim spent goes back, for the next delivery to use.
@@ -256,7 +263,7 @@ func (s *Store) settleTx(ctx context.Context, tx *sql.Tx, now time.Time, policy 
 }
 
 // renewOutdated returns items and rows with the failures of sends made before their subscriber's
-// last change (Settlement.stale) settled due now without counting an attempt (ResultReschedule),
+// last change (Settlement.stale), of what sends are made with (Settlement.Sent), settled due now without counting an attempt (ResultReschedule),
 // and their seqs. An endpoint the operator replaced, or a secret rotated out, says nothing of the
 // subscriber now, so its failure must not back the delivery off nor spend one of its attempts
 // (the send happened: it is logged, numbered 0, its status the delivery's last). A delivery dead
@@ -293,10 +300,23 @@ func (s *Store) renewOutdated(ctx context.Context, tx *sql.Tx, now time.Time, it
 		return nil, nil, nil, err
 	}
 	var outdated []int64
+	current := map[string]*Subscriber{} // as the subscribers are now, read if a send needs comparing
 	for i := range items {
 		at, ok := updated[items[i].SubscriberID]
 		if !ok || !items[i].countedFailure() || !items[i].stale(at) {
 			continue
+		}
+		if sent := items[i].Sent; sent != nil {
+			cur := current[sent.ID]
+			if cur == nil {
+				if cur, err = getSubscriber(ctx, tx, sent.ID); err != nil {
+					return nil, nil, nil, err
+				}
+				current[sent.ID] = cur
+			}
+			if sendsAlike(sent, cur) {
+				continue
+			}
 		}
 		if outdated == nil {
 			items, rows = slices.Clone(items), slices.Clone(rows)
@@ -309,6 +329,15 @@ func (s *Store) renewOutdated(ctx context.Context, tx *sql.Tx, now time.Time, it
 		outdated = append(outdated, it.Seq)
 	}
 	return items, rows, outdated, nil
+}
+
+// sendsAlike tells whether a send made as subscriber a is made as b alike: the same URL, mode,
+// signing profile, timeout, headers and secrets.
+func sendsAlike(a, b *Subscriber) bool {
+	return a.URL == b.URL && a.Mode == b.Mode && a.Profile == b.Profile && a.LegacyPrefix == b.LegacyPrefix &&
+		a.TimeoutMS == b.TimeoutMS && maps.Equal(a.Headers, b.Headers) && slices.EqualFunc(a.Secrets, b.Secrets, func(x, y Secret) bool {
+		return x.Secret.String() == y.Secret.String() && x.ExpiresAt.Equal(y.ExpiresAt)
+	})
 }
 
 // countedFailure tells whether the settlement counts a failed attempt that renewOutdated may take

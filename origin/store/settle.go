@@ -263,8 +263,8 @@ func (s *Store) settleTx(ctx context.Context, tx *sql.Tx, now time.Time, policy 
 }
 
 // renewOutdated returns items and rows with the failures of sends made before their subscriber's
-// last change (Settlement.stale), of what sends are made with (Settlement.Sent), settled due now without counting an attempt (ResultReschedule),
-// and their seqs. An endpoint the operator replaced, or a secret rotated out, says nothing of the
+// last change (Settlement.stale) of what sends are made with (Settlement.Sent) settled due now
+// without counting an attempt (ResultReschedule), and their seqs. An endpoint the operator replaced, or a secret rotated out, says nothing of the
 // subscriber now, so its failure must not back the delivery off nor spend one of its attempts
 // (the send happened: it is logged, numbered 0, its status the delivery's last). A delivery dead
 // of its max age stays dead, unless only the old endpoint's Retry-After made it so (a retry the

@@ -12,9 +12,9 @@ import (
 )
 
 // TestARecoveredSubscriberGetsItsRetriesAtOnce: a subscriber down long enough to open its circuit
-// left two deliveries backing off for up to 6 hours (the default --backoff-cap). Once it answers
-// again and the probe closes the circuit, they are sent in the same drain, not as each backoff
-// ends.
+// and fail its first probe left three deliveries backing off for up to 6 hours (the default
+// --backoff-cap). Once it answers again and a probe closes the circuit, they are sent in the same
+// drain, not as each backoff ends.
 func TestARecoveredSubscriberGetsItsRetriesAtOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{CircuitThreshold: 2, CircuitCooldown: time.Minute, CircuitMaxCooldown: time.Hour,
@@ -29,15 +29,20 @@ func TestARecoveredSubscriberGetsItsRetriesAtOnce(t *testing.T) {
 	if n := len(k.received()); n != 2 {
 		t.Fatalf("sink got %d requests, want 2 (the circuit opens after 2 failures)", n)
 	}
+	e.clk.Advance(time.Minute) // the cool-down: e2 is the probe, and fails
+	e.drain()
+	if n := len(k.received()); n != 3 {
+		t.Fatalf("sink got %d requests, want 3 (the first probe after 2 failures)", n)
+	}
 	close(healthy)
-	e.clk.Advance(time.Minute) // the cool-down: e2 is the probe
+	e.clk.Advance(2 * time.Minute) // the doubled cool-down: e3 is the probe
 	e.drain()
 	st, err := e.st.Stats(context.Background(), e.clk.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := st.Subscribers[0].Counts; c[store.StatusDelivered] != 4 || len(k.received()) != 6 {
-		t.Fatalf("after the probe closed the circuit: %v, %d requests; want all 4 delivered at once, the 2 retries among them (6 requests)",
+	if c := st.Subscribers[0].Counts; c[store.StatusDelivered] != 4 || len(k.received()) != 7 {
+		t.Fatalf("after the probe closed the circuit: %v, %d requests; want all 4 delivered at once, the 3 retries among them (7 requests)",
 			c, len(k.received()))
 	}
 }

@@ -750,7 +750,7 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 	}
 	var changed []limiterState
 	var disabled map[string]bool
-	var recovered []string // closed by their probe's success
+	var recovered []string // closed by a probe's success after a failed one: an outage ended
 	args := make([]any, 0, len(order))
 	err := padded(len(order), func(k, lo, hi int) error {
 		args = args[:0]
@@ -779,7 +779,7 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 				changed = append(changed, next)
 				if c, ok := circuitChange(st, next); ok {
 					out.Circuits = append(out.Circuits, c)
-					if !c.Opened && st.Circuit == "probing" {
+					if !c.Opened && st.Circuit == "probing" && st.Opens > 1 {
 						recovered = append(recovered, c.SubscriberID)
 					}
 				}
@@ -800,13 +800,13 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 		WHERE limiter.subscriber_id = j.id`, string(data)); err != nil {
 		return disabled, err
 	}
-	// A circuit closed by its probe's success, sent after the cool-down: the subscriber is back
-	// from an outage, so the retries that backed off meanwhile (hours, at the default cap) are
-	// due now, paced by its bucket and its in-flight cap. Only then: a success of a send out since
-	// before the circuit opened says nothing of a recovery (a few poison payloads, failing as
-	// others succeed, opened it), and on a circuit that stayed closed a delivery failing alone
-	// keeps its backoff: pulled forward by each such close, poison payloads spent their attempts
-	// in seconds.
+	// A circuit closed by a probe's success after at least one probe failed (circuit_opens > 1):
+	// the subscriber is back from an outage, so the retries that backed off meanwhile (hours, at
+	// the default cap) are due now, paced by its bucket and its in-flight cap. Only then: a
+	// success of a send out since before the circuit opened, or of its first probe, says nothing
+	// of a recovery (a few poison payloads, failing together as others succeed, opened it), and
+	// on a circuit that stayed closed a delivery failing alone keeps its backoff: pulled forward
+	// by each such close, poison payloads spent an attempt per cool-down.
 	for _, id := range recovered {
 		if _, err := s.exec(ctx, tx, dueRetriesNowSQL, ms(now), id); err != nil {
 			return disabled, err

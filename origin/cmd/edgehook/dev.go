@@ -61,8 +61,9 @@ var sampleEvents = []struct{ typ, data string }{
 func init() {
 	var listen, edgeListen, wasm string
 	cmd := &cobra.Command{
-		Use:   "dev",
-		Short: "Run the whole path on this machine: API, engine, local edge and sample receivers",
+		Use:         "dev",
+		Annotations: map[string]string{allCores: "yes"},
+		Short:       "Run the whole path on this machine: API, engine, local edge and sample receivers",
 		Long: `Dev runs, in one process and with no Cloudflare account: the HTTP API and the delivery engine on
 the database file (--db), the edge relay as a WASI module in wazero (what ` + "`edge local`" + ` runs), and
 local receivers for two sample subscribers in edge mode — one verifying Standard Webhooks

@@ -78,8 +78,9 @@ func (f *edgeLocalFlags) harnessConfig() (harness.Config, error) {
 func init() {
 	var f edgeLocalFlags
 	cmd := &cobra.Command{
-		Use:   "local --kv FILE --edge-secret SECRET",
-		Short: "Run the edge relay locally: the relay core as a WASI module in wazero, serving HTTP as the Worker does",
+		Use:         "local --kv FILE --edge-secret SECRET",
+		Annotations: map[string]string{allCores: "yes"},
+		Short:       "Run the edge relay locally: the relay core as a WASI module in wazero, serving HTTP as the Worker does",
 		Long: `Runs the same relay core as the Cloudflare Worker, compiled to WASI, in an embedded WebAssembly
 runtime. The SUBSCRIBERS namespace is loaded from --kv (the file ` + "`edgehook edge export-kv`" + ` writes, the
 one ` + "`wrangler kv bulk put`" + ` reads); the DEDUP namespace lives in memory. Point the origin's edge URL at

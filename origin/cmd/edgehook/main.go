@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -25,6 +26,24 @@ import (
 func init() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(200)
+	}
+}
+
+// allCores is the annotation of the commands that keep a Go processor for every core: the
+// servers, which run for good on a machine of their own.
+const allCores = "edgehook/all-cores"
+
+// A shared host's NPROC counts threads, and Go runs about one per processor plus 5 or 6: at one
+// processor per core of the host, whatever CPU the account may use, a drain ran 36 threads at 32
+// cores (8 at 2), two overlapping drains and a few emits passed an NPROC of 100, and a thread the
+// runtime cannot make is a fatal crash. Drain and the data commands wait on the network and on the
+// one SQLite writer: two processors serve them. GOMAXPROCS, when set, wins.
+const oneShotProcs = 2
+
+// limitProcs runs cmd on oneShotProcs processors at most, unless it is a server.
+func limitProcs(cmd *cobra.Command) {
+	if os.Getenv("GOMAXPROCS") == "" && cmd.Annotations[allCores] == "" && runtime.GOMAXPROCS(0) > oneShotProcs {
+		runtime.GOMAXPROCS(oneShotProcs)
 	}
 }
 

@@ -92,6 +92,7 @@ func loadSettings(cmd *cobra.Command, _ []string) error {
 	if name := cmd.Name(); name == cobra.ShellCompRequestCmd || name == cobra.ShellCompNoDescRequestCmd {
 		return nil // completing a command line reads no settings, and the shell hides this error
 	}
+	limitProcs(cmd)
 	path := global.configPath
 	if !cmd.Flags().Changed("config") {
 		path = os.Getenv(config.ConfigEnv)

@@ -32,8 +32,9 @@ var serveFlags struct {
 
 func init() {
 	cmd := &cobra.Command{
-		Use:   "serve",
-		Short: "Run the HTTP API and the delivery engine until SIGTERM, SIGINT or SIGHUP",
+		Use:         "serve",
+		Annotations: map[string]string{allCores: "yes"},
+		Short:       "Run the HTTP API and the delivery engine until SIGTERM, SIGINT or SIGHUP",
 		Long: `Serve runs the HTTP API (see docs/openapi.yaml) and the delivery engine on the database file.
 On SIGTERM, SIGINT or SIGHUP (a closed terminal; ignored under nohup) it stops accepting requests
 and claiming deliveries, lets requests and sends in flight finish for up to --shutdown-grace,

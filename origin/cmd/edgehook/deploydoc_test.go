@@ -337,3 +337,49 @@ func TestDeployPHPEmitHelpers(t *testing.T) {
 		t.Fatalf("deliveries queued: %+v, want one for evt_php and one for the local emit", page.Deliveries)
 	}
 }
+
+// TestDeployPHPLocalEmitSurvivesARuntimeCrash: under a shared host's NPROC an emit can die in the
+// Go runtime ("runtime: failed to create new OS thread", exit 2) after it stored the event: 4 of 50
+// measured did. The helper retries with the same id, so the event is stored once, and a
+// failure's message is its first line, not the runtime's 70 to 140 lines of stacks.
+func TestDeployPHPLocalEmitSurvivesARuntimeCrash(t *testing.T) {
+	t.Parallel()
+	needPHP(t)
+	c := newCLI(t)
+	c.ok("subscribers", "add", "--id", "s", "--url", "https://example.com/hooks", "--events", "video.*")
+	// The binary as the host ran it: the first emit stores the event, then the runtime dies.
+	crashy := filepath.Join(c.dir, "crashy")
+	script := `#!/bin/sh
+if [ ! -e "$0.crashed" ]; then
+  touch "$0.crashed"
+  "` + bin + `" "$@" >/dev/null
+  printf 'runtime: failed to create new OS thread (have 7 already; errno=11)\nruntime: may need to increase max user processes (ulimit -u)\nfatal error: newosproc\n' >&2
+  exit 2
+fi
+exec "` + bin + `" "$@"
+`
+	if err := os.WriteFile(crashy, []byte(script), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(c.dir, "edgehook.json")
+	if err := os.WriteFile(config, []byte(`{"db": "`+filepath.Join(c.dir, "edgehook.db")+`"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	local := strings.NewReplacer("/home/me/edgehook/edgehook.json", config, "/home/me/edgehook/edgehook", crashy).Replace(phpSnippets(t)[1])
+	out := runPHP(t, nil, local, `try { echo json_encode(edgehook_emit_local('video.trending', ['video_id' => 'v43'])); } catch (RuntimeException $e) { echo 'threw: ', $e->getMessage(); }`)
+	var page struct {
+		Deliveries []struct {
+			EventID string `json:"event_id"`
+		} `json:"deliveries"`
+	}
+	c.okJSON(&page, "deliveries", "list", "--json")
+	if len(page.Deliveries) != 1 || !strings.Contains(out, `"id":"`+page.Deliveries[0].EventID+`"`) {
+		t.Fatalf("after an emit that stored its event and crashed, the helper printed %q and %d deliveries were queued, "+
+			"want the stored event's id and one delivery", out, len(page.Deliveries))
+	}
+	// A mistake is no crash: it is not retried, and the message is edgehook's one line.
+	out = runPHP(t, nil, local, `try { edgehook_emit_local('', []); } catch (RuntimeException $e) { echo 'threw: ', $e->getMessage(); }`)
+	if !strings.HasPrefix(out, "threw: edgehook: ") || strings.Contains(out, "\n") {
+		t.Fatalf("an emit with no type: the helper printed %q, want one line of edgehook's", out)
+	}
+}

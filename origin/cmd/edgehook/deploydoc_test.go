@@ -315,11 +315,7 @@ func TestDeployPHPEmitHelpers(t *testing.T) {
 		t.Fatalf("two emits with one id printed %q", out)
 	}
 
-	config := filepath.Join(c.dir, "edgehook.json")
-	if err := os.WriteFile(config, []byte(`{"db": "`+filepath.Join(c.dir, "edgehook.db")+`"}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	local := strings.NewReplacer("/home/me/edgehook/edgehook.json", config, "/home/me/edgehook/edgehook", bin).Replace(helpers[1])
+	local := localEmitHelper(t, c, helpers[1], bin)
 	out = runPHP(t, nil, local, `echo json_encode(edgehook_emit_local('video.trending', ['video_id' => 'v43']));`)
 	if !regexp.MustCompile(`^\{"id":"evt_[0-9a-f]+","deliveries":1\}$`).MatchString(out) {
 		t.Fatalf("edgehook_emit_local returned %s", out)
@@ -327,15 +323,37 @@ func TestDeployPHPEmitHelpers(t *testing.T) {
 	if _, err := srv.stop(t); err != nil {
 		t.Fatal(err)
 	}
+	ids := queuedEventIDs(c)
+	if len(ids) != 2 || ids[0] == ids[1] {
+		t.Fatalf("deliveries queued for events %q, want one for evt_php and one for the local emit", ids)
+	}
+}
+
+// localEmitHelper is deploy.md's edgehook_emit_local running binary on c's database, through a
+// config file as on the host.
+func localEmitHelper(t *testing.T, c *cli, helper, binary string) string {
+	t.Helper()
+	config := filepath.Join(c.dir, "edgehook.json")
+	if err := os.WriteFile(config, []byte(`{"db": "`+filepath.Join(c.dir, "edgehook.db")+`"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return strings.NewReplacer("/home/me/edgehook/edgehook.json", config, "/home/me/edgehook/edgehook", binary).Replace(helper)
+}
+
+// queuedEventIDs lists the event of every delivery on c's database.
+func queuedEventIDs(c *cli) []string {
+	c.t.Helper()
 	var page struct {
 		Deliveries []struct {
 			EventID string `json:"event_id"`
 		} `json:"deliveries"`
 	}
 	c.okJSON(&page, "deliveries", "list", "--json")
-	if len(page.Deliveries) != 2 || page.Deliveries[0].EventID == page.Deliveries[1].EventID {
-		t.Fatalf("deliveries queued: %+v, want one for evt_php and one for the local emit", page.Deliveries)
+	var ids []string
+	for _, d := range page.Deliveries {
+		ids = append(ids, d.EventID)
 	}
+	return ids
 }
 
 // TestDeployPHPLocalEmitSurvivesARuntimeCrash: under a shared host's NPROC an emit can die in the
@@ -361,21 +379,12 @@ exec "` + bin + `" "$@"
 	if err := os.WriteFile(crashy, []byte(script), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	config := filepath.Join(c.dir, "edgehook.json")
-	if err := os.WriteFile(config, []byte(`{"db": "`+filepath.Join(c.dir, "edgehook.db")+`"}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	local := strings.NewReplacer("/home/me/edgehook/edgehook.json", config, "/home/me/edgehook/edgehook", crashy).Replace(phpSnippets(t)[1])
+	local := localEmitHelper(t, c, phpSnippets(t)[1], crashy)
 	out := runPHP(t, nil, local, `try { echo json_encode(edgehook_emit_local('video.trending', ['video_id' => 'v43'])); } catch (RuntimeException $e) { echo 'threw: ', $e->getMessage(); }`)
-	var page struct {
-		Deliveries []struct {
-			EventID string `json:"event_id"`
-		} `json:"deliveries"`
-	}
-	c.okJSON(&page, "deliveries", "list", "--json")
-	if len(page.Deliveries) != 1 || !strings.Contains(out, `"id":"`+page.Deliveries[0].EventID+`"`) {
+	ids := queuedEventIDs(c)
+	if len(ids) != 1 || !strings.Contains(out, `"id":"`+ids[0]+`"`) {
 		t.Fatalf("after an emit that stored its event and crashed, the helper printed %q and %d deliveries were queued, "+
-			"want the stored event's id and one delivery", out, len(page.Deliveries))
+			"want the stored event's id and one delivery", out, len(ids))
 	}
 	// A mistake is no crash: it is not retried, and the message is edgehook's one line.
 	out = runPHP(t, nil, local, `try { edgehook_emit_local('', []); } catch (RuntimeException $e) { echo 'threw: ', $e->getMessage(); }`)

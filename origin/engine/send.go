@@ -293,7 +293,7 @@ func (e *Engine) do(req *http.Request, mode store.Mode) response {
 // decide turns a response into a settlement: the outcome policy of the engine.
 func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settlement {
 	sub := c.Subscriber
-	set := store.Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: sub.ID, Status: r.status, Seen: sub.UpdatedAt, Sent: sub}
+	set := store.Settlement{Seq: c.Seq, LeaseToken: c.LeaseToken, SubscriberID: sub.ID, Status: r.status, Sent: sub}
 	attempt := &store.Attempt{At: now, Status: r.status, LatencyMS: r.latency.Milliseconds(), Excerpt: r.excerpt}
 	set.Attempt = attempt
 	fail := func(class, msg string, circuit bool) store.Settlement {
@@ -384,7 +384,7 @@ func (e *Engine) decide(c store.Claimed, r response, now time.Time) store.Settle
 		set.Disable = msg
 		e.m.failed.WithLabelValues(sub.ID, classGone).Inc()
 		// A failure as any other, and final at the last attempt (or the max age) whether the
-		// settle disables the subscriber or finds it changed since this send (Settlement.Seen).
+		// settle disables the subscriber or finds it changed since this send (Settlement.Sent).
 		// Otherwise held with its subscriber once disabled, or due after the backoff.
 		return e.retry(c, set, now.Add(e.backoff(c.Attempts)), now)
 	case s == http.StatusTooManyRequests || s == http.StatusServiceUnavailable:

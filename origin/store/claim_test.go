@@ -525,7 +525,7 @@ func TestGoneHoldsDeliveriesUntilResume(t *testing.T) {
 	mustSub(t, s, SubscriberInput{ID: "a"})
 	emitN(t, s, "x", 4)
 	cs := claim(t, s, clk.Now(), 2).Deliveries
-	gone := Settlement{Seq: cs[0].Seq, LeaseToken: cs[0].LeaseToken, SubscriberID: "a", Result: ResultRetry, NextAttemptAt: clk.Now(), Status: 410, Disable: "410 Gone", Seen: cs[0].Subscriber.UpdatedAt}
+	gone := Settlement{Seq: cs[0].Seq, LeaseToken: cs[0].LeaseToken, SubscriberID: "a", Result: ResultRetry, NextAttemptAt: clk.Now(), Status: 410, Disable: "410 Gone", Sent: cs[0].Subscriber}
 	settle(t, s, clk.Now(), gone)
 	sub, _ := s.GetSubscriber(ctx, "a")
 	if sub.State != StateDisabled || sub.StateReason != "410 Gone" {
@@ -993,7 +993,7 @@ func TestReplayBoundsAreExactBelowAMillisecond(t *testing.T) {
 }
 
 // TestA410AppliesOnlyToTheSubscriberAsItWasSent: a 410 disables its subscriber only if the
-// subscriber is active and unchanged since the send saw it (Settlement.Seen). To a send made
+// subscriber is active and unchanged since the send saw it (Settlement.Sent). To a send made
 // before a pause, a URL change, or in the same millisecond as a change, it is an ordinary
 // failure: the pause stays a pause (a disable stops queueing new events), the new URL is tried.
 func TestA410AppliesOnlyToTheSubscriberAsItWasSent(t *testing.T) {
@@ -1015,7 +1015,7 @@ func TestA410AppliesOnlyToTheSubscriberAsItWasSent(t *testing.T) {
 			t.Fatal(err)
 		}
 		gone := done(cs[0], ResultRetry)
-		gone.Disable, gone.Seen, gone.NextAttemptAt = "subscriber answered 410 Gone", cs[0].Subscriber.UpdatedAt, clk.Now()
+		gone.Disable, gone.Sent, gone.NextAttemptAt = "subscriber answered 410 Gone", cs[0].Subscriber, clk.Now()
 		written, err := s.Settle(ctx, clk.Now(), CircuitPolicy{}, []Settlement{gone, done(cs[1], ResultRetry)})
 		if err != nil {
 			t.Fatal(err)
@@ -1035,7 +1035,7 @@ func TestA410AppliesOnlyToTheSubscriberAsItWasSent(t *testing.T) {
 	emitN(t, s, "x", 2)
 	cs := claim(t, s, clk.Now(), 2).Deliveries
 	gone := done(cs[0], ResultRetry)
-	gone.Disable, gone.Seen, gone.NextAttemptAt = "subscriber answered 410 Gone", cs[0].Subscriber.UpdatedAt, clk.Now()
+	gone.Disable, gone.Sent, gone.NextAttemptAt = "subscriber answered 410 Gone", cs[0].Subscriber, clk.Now()
 	written, err := s.Settle(ctx, clk.Now(), CircuitPolicy{}, []Settlement{gone, done(cs[1], ResultRetry)})
 	if err != nil || len(written.Disabled) != 1 || len(written.Held) != 2 || counts(t, s, "a")[StatusHeld] != 2 {
 		t.Errorf("a 410 from the subscriber as it is: settle %+v (%v), statuses %v; want it disabled, both held", written, err, counts(t, s, "a"))

@@ -117,7 +117,7 @@ func TestDeletesLeaveNoOrphans(t *testing.T) {
 			it := done(cs[i], r)
 			it.Attempt, it.NextAttemptAt, it.Reason = &Attempt{At: clk.Now(), Status: 500, Outcome: "http_5xx"}, clk.Now(), ReasonMaxAttempts
 			if id == "held" && r == ResultRetry {
-				it.Status, it.Disable, it.Seen = 410, "410 Gone", cs[i].Subscriber.UpdatedAt
+				it.Status, it.Disable, it.Sent = 410, "410 Gone", cs[i].Subscriber
 			}
 			items = append(items, it)
 		}

@@ -194,7 +194,7 @@ func TestAStaleFailureIsDueAtOnceUncounted(t *testing.T) {
 	failed := func(event string, r Result) Settlement {
 		c := claimed[event]
 		it := done(c, r)
-		it.Status, it.Error, it.Seen, it.Circuit = 500, "subscriber answered 500", c.Subscriber.UpdatedAt, CircuitFailure
+		it.Status, it.Error, it.Sent, it.Circuit = 500, "subscriber answered 500", c.Subscriber, CircuitFailure
 		it.Attempt = &Attempt{At: now, Status: 500, Outcome: "http_5xx", Error: it.Error}
 		return it
 	}

@@ -72,17 +72,15 @@ type Settlement struct {
 	// Subscriber effects.
 	PauseUntil time.Time // Retry-After on 429/503: the whole subscriber waits until then
 	Disable    string    // non-empty: disable the subscriber with this reason (410)
-	// Seen is the subscriber's UpdatedAt as the send saw it (zero: not known, taken as current).
-	// A send made before the subscriber's last change (a new URL, a resume) says nothing of it
-	// as it is now: its Disable, PauseUntil and Circuit are not applied, so that a late 410,
-	// Retry-After or timeout from a URL the operator has replaced does not undo the fix; and if
-	// it failed, it costs the delivery neither a backoff nor an attempt (Settled.Outdated), if
-	// the change is to what sends are made with (Sent).
-	Seen time.Time
-	// Sent is the subscriber as the send was made (nil: not known, any change counts). After a
-	// change that sends nothing differently (a rate, a pause: sendsAlike) a failure is news of the
-	// same endpoint, and costs the delivery as any: taken off it, a config script re-applying the
-	// rate during every send had a failing endpoint sent to in a loop, at no cost, until the max age.
+	// Sent is the subscriber as the send was made (nil: not known, taken as current). A send
+	// made before the subscriber's last change (its UpdatedAt older: a new URL, a resume) says
+	// nothing of it as it is now: its Disable, PauseUntil and Circuit are not applied, so that a
+	// late 410, Retry-After or timeout from a URL the operator has replaced does not undo the fix;
+	// and if it failed, it costs the delivery neither a backoff nor an attempt
+	// (Settled.Outdated), if the change is to what sends are made with (sendsAlike). After a
+	// change that sends nothing differently (a rate, a pause) a failure is news of the same
+	// endpoint, and costs the delivery as any: taken off it, a config script re-applying the rate
+	// during every send had a failing endpoint sent to in a loop, at no cost, until the max age.
 	Sent    *Subscriber
 	Circuit CircuitEffect
 	// Refund: no request was made for it (dead unsent before its send), so the token of the
@@ -101,7 +99,7 @@ type Settled struct {
 	// Held: settled unsent (ResultRetry, ResultReschedule) but written held, not due again, since
 	// their subscriber is disabled, by this settle's 410 or before.
 	Held []int64
-	// Outdated: failures of a send made before the subscriber's last change (Settlement.Seen),
+	// Outdated: failures of a send made before the subscriber's last change (Settlement.Sent),
 	// written due at once with the attempt logged but not counted (numbered 0), whatever their
 	// Result asked: a retry after a backoff or a Retry-After, or dead at the last attempt or by a
 	// Retry-After past the last call (one dead of its max age otherwise stays dead). Held instead
@@ -272,7 +270,7 @@ func (s *Store) settleTx(ctx context.Context, tx *sql.Tx, now time.Time, policy 
 func (s *Store) renewOutdated(ctx context.Context, tx *sql.Tx, now time.Time, items []Settlement, rows []settleRow) ([]Settlement, []settleRow, []int64, error) {
 	var subs []any
 	for i := range items {
-		if it := &items[i]; it.countedFailure() && !it.Seen.IsZero() && !slices.Contains(subs, any(it.SubscriberID)) {
+		if it := &items[i]; it.countedFailure() && it.Sent != nil && !slices.Contains(subs, any(it.SubscriberID)) {
 			subs = append(subs, it.SubscriberID)
 		}
 	}
@@ -306,17 +304,15 @@ func (s *Store) renewOutdated(ctx context.Context, tx *sql.Tx, now time.Time, it
 		if !ok || !items[i].countedFailure() || !items[i].stale(at) {
 			continue
 		}
-		if sent := items[i].Sent; sent != nil {
-			cur := current[sent.ID]
-			if cur == nil {
-				if cur, err = getSubscriber(ctx, tx, sent.ID); err != nil {
-					return nil, nil, nil, err
-				}
-				current[sent.ID] = cur
+		sent, cur := items[i].Sent, current[items[i].SubscriberID]
+		if cur == nil {
+			if cur, err = getSubscriber(ctx, tx, sent.ID); err != nil {
+				return nil, nil, nil, err
 			}
-			if sendsAlike(sent, cur) {
-				continue
-			}
+			current[sent.ID] = cur
+		}
+		if sendsAlike(sent, cur) {
+			continue
 		}
 		if outdated == nil {
 			items, rows = slices.Clone(items), slices.Clone(rows)
@@ -816,11 +812,13 @@ func (s *Store) settleSubscribers(ctx context.Context, tx *sql.Tx, order []strin
 }
 
 // stale tells whether the send was made to the subscriber as it was before its last change
-// (updated: its updated_at now; see Seen).
-func (it *Settlement) stale(updated int64) bool { return !it.Seen.IsZero() && ms(it.Seen) != updated }
+// (updated: its updated_at now; see Sent).
+func (it *Settlement) stale(updated int64) bool {
+	return it.Sent != nil && ms(it.Sent.UpdatedAt) != updated
+}
 
 // disableUnchanged disables subscriber id for it's 410 if the subscriber is active and unchanged
-// since the send saw it (it.Seen; every change moves updated_at on), and tells whether it did.
+// since the send saw it (it.Sent; every change moves updated_at on), and tells whether it did.
 // A deleted subscriber has nothing to disable.
 func (s *Store) disableUnchanged(ctx context.Context, tx *sql.Tx, id string, it *Settlement, now int64) (bool, error) {
 	var updated int64
@@ -856,7 +854,7 @@ var readLimitersSQL = chunkSQL(1, func(values string) string {
 })
 
 // apply folds a subscriber's settlements, in order, into its limiter state; updated is the
-// subscriber's updated_at, before which a send's news is stale (Settlement.Seen).
+// subscriber's updated_at, before which a send's news is stale (Settlement.Sent).
 func (st limiterState) apply(items []*Settlement, updated int64, now time.Time, policy CircuitPolicy) limiterState {
 	for _, it := range items {
 		if it.Refund {

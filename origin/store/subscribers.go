@@ -686,7 +686,7 @@ func (s *Store) RotateSecret(ctx context.Context, id string, overlap time.Durati
 	now := s.Now()
 	return s.changeSubscriber(ctx, id, func(tx *sql.Tx) error {
 		// A change as any other: a send signed before it, refused for a secret it ends, says
-		// nothing of the subscriber now (Settlement.Seen).
+		// nothing of the subscriber now (Settlement.Sent).
 		res, err := tx.ExecContext(ctx, `UPDATE subscribers SET updated_at = max(?, updated_at + 1) WHERE id = ?`, ms(now), id)
 		if err != nil {
 			return err
